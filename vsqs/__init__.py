@@ -1,0 +1,56 @@
+"""vsqs: a broker-less message queue where a queue is a directory and a
+message is a file whose name is its state.
+
+    >>> import vsqs
+    >>> q = vsqs.Queue("/tmp/vsqs-doc/jobs")
+    >>> q.send(b"hello")  # doctest: +SKIP
+    >>> msg = q.receive(wait=5)
+    >>> msg.delete()
+"""
+
+from __future__ import annotations
+
+from ._errors import (
+    InvalidArgument,
+    InvalidBody,
+    InvalidQueueName,
+    InvalidReceipt,
+    NotAQueue,
+    QueueConfigError,
+    QueueNotFound,
+    QueuePermissionError,
+    ReceiptExpired,
+    StorageError,
+    UnsupportedStore,
+    VsqsError,
+)
+from ._names import FORMAT_VERSION
+from ._queue import Message, Queue, QueueStats, redrive
+from ._store import Store
+from ._store_local import LocalStore
+from ._store_memory import MemoryStore
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "FORMAT_VERSION",
+    "InvalidArgument",
+    "InvalidBody",
+    "InvalidQueueName",
+    "InvalidReceipt",
+    "LocalStore",
+    "MemoryStore",
+    "Message",
+    "NotAQueue",
+    "Queue",
+    "QueueConfigError",
+    "QueueNotFound",
+    "QueuePermissionError",
+    "QueueStats",
+    "ReceiptExpired",
+    "StorageError",
+    "Store",
+    "UnsupportedStore",
+    "VsqsError",
+    "redrive",
+]

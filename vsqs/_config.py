@@ -1,0 +1,78 @@
+"""The queue's config object: written once, by exclusive create, read by every client."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from ._errors import InvalidArgument, QueueConfigError
+from ._names import FORMAT_VERSION
+
+DEFAULT_VISIBILITY_TIMEOUT = 30.0
+#: Longest visibility timeout or delay accepted: one year.
+MAX_SECONDS = 365 * 24 * 3600.0
+
+
+def seconds(value: object, what: str) -> float:
+    """Validate a duration in seconds: a finite, non-negative real number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgument(f"{what} must be a number of seconds, not {type(value).__name__}")
+    if not math.isfinite(value) or value < 0 or value > MAX_SECONDS:
+        raise InvalidArgument(f"{what} must be between 0 and {MAX_SECONDS:.0f} seconds, not {value}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    """Queue defaults every client agrees on (``vsqs.json`` in the queue).
+
+    ``dead_letter`` is a queue name next to this queue, or a URL/path.
+    """
+
+    visibility_timeout: float = DEFAULT_VISIBILITY_TIMEOUT
+    max_receives: int | None = None
+    dead_letter: str | None = None
+
+    def __post_init__(self) -> None:
+        seconds(self.visibility_timeout, "visibility_timeout")
+        mr = self.max_receives
+        if mr is not None and (isinstance(mr, bool) or not isinstance(mr, int) or mr < 1):
+            raise InvalidArgument(f"max_receives must be a positive int, not {mr!r}")
+        if self.dead_letter is not None and not isinstance(self.dead_letter, str):
+            raise InvalidArgument("dead_letter must be a queue name, path or URL (str)")
+        if (mr is None) != (self.dead_letter is None):
+            raise InvalidArgument("max_receives and dead_letter go together: give both or neither")
+
+    def to_json(self) -> bytes:
+        doc = {"format": FORMAT_VERSION, **asdict(self)}
+        return json.dumps(doc, indent=1, sort_keys=True).encode() + b"\n"
+
+    @classmethod
+    def from_json(cls, data: bytes, where: str) -> QueueConfig:
+        try:
+            doc = json.loads(data)
+            if not isinstance(doc, dict):
+                raise ValueError("not an object")
+        except ValueError as exc:
+            raise QueueConfigError(f"{where}: unreadable queue config ({exc})") from None
+        version = doc.get("format")
+        if version != FORMAT_VERSION:
+            raise QueueConfigError(
+                f"{where}: queue format {version!r}; this vsqs reads format {FORMAT_VERSION}"
+            )
+        known = {f.name for f in fields(cls)}
+        try:
+            return cls(**{k: v for k, v in doc.items() if k in known})
+        except InvalidArgument as exc:
+            raise QueueConfigError(f"{where}: invalid queue config: {exc}") from None
+
+    def check_agrees(self, requested: dict[str, Any], where: str) -> None:
+        """Refuse to open a queue with defaults that differ from its config."""
+        for key, value in requested.items():
+            if value is not None and getattr(self, key) != value:
+                raise QueueConfigError(
+                    f"{where} was created with {key}={getattr(self, key)!r}, not {value!r}; "
+                    "queue defaults are fixed at creation (override per call instead)"
+                )

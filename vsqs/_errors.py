@@ -1,0 +1,84 @@
+"""The vsqs error hierarchy.
+
+Every error vsqs raises on purpose derives from :class:`VsqsError`. Errors that
+mirror a builtin also subclass it (``except FileNotFoundError`` keeps working),
+and every error survives pickling, so Spark executors and multiprocessing
+workers can ship them back to a driver.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "VsqsError",
+    "InvalidArgument",
+    "InvalidBody",
+    "InvalidQueueName",
+    "InvalidReceipt",
+    "ReceiptExpired",
+    "QueueNotFound",
+    "NotAQueue",
+    "QueuePermissionError",
+    "QueueConfigError",
+    "UnsupportedStore",
+    "StorageError",
+]
+
+
+class VsqsError(Exception):
+    """Root of every error raised by vsqs.
+
+    Subclasses take a single message argument, so ``pickle`` round-trips them.
+    """
+
+
+class InvalidArgument(VsqsError, ValueError):
+    """An argument has the wrong value: a negative or NaN timeout, a bad count."""
+
+
+class InvalidBody(InvalidArgument, TypeError):
+    """A message body that is neither ``bytes`` (or a bytes-like object) nor ``str``."""
+
+
+class InvalidQueueName(InvalidArgument):
+    """A queue URL, path or name that vsqs refuses before touching storage."""
+
+
+class InvalidReceipt(InvalidArgument):
+    """A receipt that is not an in-flight message name of the format.
+
+    Raised before the receipt reaches storage: it never becomes a path.
+    """
+
+
+class ReceiptExpired(VsqsError, LookupError):
+    """The receipt is no longer the message's current name.
+
+    The message was deleted, or its visibility expired and someone else received
+    it, or the holder itself changed it. Nothing was changed on storage.
+    """
+
+
+class QueueNotFound(VsqsError, FileNotFoundError):
+    """The queue does not exist and ``create=False`` was given."""
+
+
+class NotAQueue(VsqsError, NotADirectoryError):
+    """The queue location exists but is not a queue (a plain file, or a foreign config)."""
+
+
+class QueuePermissionError(VsqsError, PermissionError):
+    """Storage refused the operation (read-only directory, missing credentials)."""
+
+
+class QueueConfigError(VsqsError, ValueError):
+    """The queue's config object is unreadable, of an unknown format version, or
+    disagrees with the defaults this client was asked to open the queue with."""
+
+
+class UnsupportedStore(VsqsError):
+    """The URL's store cannot host a queue (unknown scheme, missing extra, or a
+    store that cannot make claims exclusive)."""
+
+
+class StorageError(VsqsError, OSError):
+    """Any other failure of the underlying storage."""

@@ -1,0 +1,149 @@
+"""The on-disk name grammar (format version 1): pure functions, no I/O.
+
+A message is one object whose name is its state (see ``docs/format.md``)::
+
+    <id>                    ready: visible, never received
+    <id>.<expiry>.<count>   invisible until unix-ms <expiry>; received <count> times
+                            (count 0: a delayed send); visible again once expired
+    <id>.new                being written by a producer; invisible
+
+    <id> = <ms:13 digits>-<seq:4 hex>-<nonce:16 hex>
+
+Names are fixed width up to the first dot, so a plain sort of names is FIFO
+order. Anything else in a queue (including names that merely look similar) is
+foreign: vsqs never reads, renames or deletes it, except the config object.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import threading
+from typing import NamedTuple
+
+from ._errors import InvalidQueueName, InvalidReceipt
+
+FORMAT_VERSION = 1
+CONFIG_NAME = "vsqs.json"
+NEW_SUFFIX = ".new"
+
+ID_LEN = 35  # 13 + 1 + 4 + 1 + 16
+_ID = r"[0-9]{13}-[0-9a-f]{4}-[0-9a-f]{16}"
+_ID_RE = re.compile(_ID)
+_INVISIBLE_RE = re.compile(rf"({_ID})\.([0-9]{{13}})\.(0|[1-9][0-9]{{0,8}})")
+_QUEUE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+_SEQ_LIMIT = 0x10000
+MAX_EXPIRY_MS = 10**13 - 1
+MAX_COUNT = 10**9 - 1
+
+READY = "ready"
+INVISIBLE = "invisible"
+NEW = "new"
+
+
+class Name(NamedTuple):
+    """A parsed message name. ``expiry_ms`` is ``None`` for ready and new names."""
+
+    id: str
+    state: str
+    expiry_ms: int | None = None
+    count: int = 0
+
+
+def parse(name: str) -> Name | None:
+    """Parse a name of the grammar, or return ``None`` for anything foreign."""
+    n = len(name)
+    if n == ID_LEN:
+        return Name(name, READY) if _ID_RE.fullmatch(name) else None
+    if n == ID_LEN + len(NEW_SUFFIX):
+        if name.endswith(NEW_SUFFIX) and _ID_RE.fullmatch(name, 0, ID_LEN):
+            return Name(name[:ID_LEN], NEW)
+        return None
+    m = _INVISIBLE_RE.fullmatch(name)
+    if m is None:
+        return None
+    return Name(m.group(1), INVISIBLE, int(m.group(2)), int(m.group(3)))
+
+
+def parse_receipt(receipt: object) -> Name:
+    """Validate an untrusted receipt: an invisible name that was received at least once.
+
+    Raises :class:`InvalidReceipt` for anything else (wrong type, separators,
+    ``..``, ready or new names), before it can reach storage.
+    """
+    if not isinstance(receipt, str):
+        raise InvalidReceipt(f"a receipt is a str, not {type(receipt).__name__}")
+    parsed = parse(receipt)
+    if parsed is None or parsed.state != INVISIBLE or parsed.count == 0:
+        raise InvalidReceipt(f"not a receipt of this queue format: {receipt!r:.80}")
+    return parsed
+
+
+def ready_name(message_id: str) -> str:
+    return message_id
+
+
+def new_name(message_id: str) -> str:
+    return message_id + NEW_SUFFIX
+
+
+def invisible_name(message_id: str, expiry_ms: int, count: int) -> str:
+    """The name of a message invisible until ``expiry_ms`` after ``count`` receives."""
+    return f"{message_id}.{min(max(expiry_ms, 0), MAX_EXPIRY_MS):013d}.{min(count, MAX_COUNT)}"
+
+
+def id_ms(message_id: str) -> int:
+    """The unix-ms timestamp at which the message's id was issued."""
+    return int(message_id[:13])
+
+
+def is_visible(name: Name, now_ms: int) -> bool:
+    return name.state == READY or (name.state == INVISIBLE and name.expiry_ms <= now_ms)  # type: ignore[operator]
+
+
+def validate_queue_name(name: object) -> str:
+    """A queue name is one path component: letters, digits, ``_ . -``; no ``..``."""
+    if not isinstance(name, str):
+        raise InvalidQueueName(f"a queue name is a str, not {type(name).__name__}")
+    if not _QUEUE_NAME_RE.fullmatch(name) or ".." in name or name == CONFIG_NAME:
+        raise InvalidQueueName(
+            f"invalid queue name {name!r:.80}: use 1-128 letters, digits, '_', '.', '-', "
+            "starting with a letter or digit, without '..'"
+        )
+    return name
+
+
+class IdGenerator:
+    """Issues message ids that sort in issue order within a process and never collide.
+
+    Ids take the wall clock in ms; when it stands still or steps back, the last
+    ms is reused with the next sequence number (and moves one ms forward when
+    65 536 ids were issued in one ms), so a process's ids strictly increase.
+    The 64-bit random nonce is drawn per process (again after ``fork``), so
+    ids of different processes or hosts do not collide.
+    """
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._nonce = secrets.token_hex(8)
+        self._last_ms = -1
+        self._seq = 0
+
+    def next_id(self, now_ms: int) -> str:
+        with self._lock:
+            if now_ms > self._last_ms:
+                self._last_ms, self._seq = now_ms, 0
+            else:
+                self._seq += 1
+                if self._seq == _SEQ_LIMIT:
+                    self._last_ms, self._seq = self._last_ms + 1, 0
+            return f"{self._last_ms:013d}-{self._seq:04x}-{self._nonce}"
+
+
+ids = IdGenerator()
+os.register_at_fork(after_in_child=ids._reset)

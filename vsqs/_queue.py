@@ -1,0 +1,853 @@
+"""The queue: state machine of ``docs/format.md`` over any :class:`~vsqs._store.Store`."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, NoReturn
+
+from . import _names as names
+from ._config import QueueConfig, seconds
+from ._errors import (
+    InvalidArgument,
+    InvalidBody,
+    NotAQueue,
+    QueueNotFound,
+    QueuePermissionError,
+    ReceiptExpired,
+    StorageError,
+    UnsupportedStore,
+    VsqsError,
+)
+from ._registry import open_store
+from ._store import Store
+
+log = logging.getLogger("vsqs")
+
+Body = bytes | bytearray | memoryview | str
+
+#: A cached listing is refreshed at least this often (seconds), so messages
+#: whose visibility expired (or that other clients released) come back in FIFO
+#: position within this delay, or within 20 listing times on huge backlogs.
+STALE_AFTER = 1.0
+#: Listings may take at most 1/LISTING_BUDGET of a consumer's time.
+LISTING_BUDGET = 20
+#: A fresh ready name becomes a candidate once it is older than this, or once
+#: a second listing has seen it: a listing racing with a producer may show the
+#: producer's newer message but not its older one (docs/format.md, "FIFO").
+YOUNG_MS = 1000
+#: A ``.new`` leftover older than this (by its id) is a crashed writer's.
+DEFAULT_NEW_GRACE = 3600.0
+#: How long a redrive or dead-letter move holds a message while moving it.
+_MOVE_HOLD_MS = 300_000
+
+
+def _as_bytes(body: object) -> bytes:
+    if isinstance(body, bytes):
+        return body
+    if isinstance(body, str):
+        return body.encode()
+    if isinstance(body, bytearray | memoryview):
+        return bytes(body)
+    raise InvalidBody(f"a message body is bytes or str, not {type(body).__name__}")
+
+
+def _storage_error(exc: OSError, where: str) -> NoReturn:
+    """Re-raise an OSError of the store as the matching VsqsError."""
+    if isinstance(exc, PermissionError):
+        raise QueuePermissionError(f"{where}: {exc}") from exc
+    if isinstance(exc, NotADirectoryError):
+        raise NotAQueue(f"{where}: not a queue directory") from exc
+    raise StorageError(f"{where}: {exc}") from exc
+
+
+class Message:
+    """A received (or peeked) message.
+
+    ``receipt`` is the message's current name while this client holds it; it
+    changes on :meth:`extend`. Peeked messages have no receipt.
+    """
+
+    __slots__ = ("_done", "_lock", "_queue", "body", "id", "receipt", "receive_count")
+
+    def __init__(
+        self, queue: Queue, message_id: str, body: bytes, receipt: str | None, receive_count: int
+    ) -> None:
+        self._queue = queue
+        self.id = message_id
+        self.body = body
+        self.receipt = receipt
+        self.receive_count = receive_count
+        self._lock = threading.Lock()
+        self._done = False
+
+    @property
+    def sent_at(self) -> datetime:
+        """When the message was sent (UTC, ms precision, the sender's clock)."""
+        return datetime.fromtimestamp(names.id_ms(self.id) / 1000, UTC)
+
+    @property
+    def visible_at(self) -> datetime | None:
+        """When the message becomes visible again unless deleted or extended."""
+        if self.receipt is None:
+            return None
+        parsed = names.parse(self.receipt)
+        assert parsed is not None and parsed.expiry_ms is not None
+        return datetime.fromtimestamp(parsed.expiry_ms / 1000, UTC)
+
+    def delete(self) -> None:
+        """Acknowledge: see :meth:`Queue.delete`."""
+        self._queue.delete(self)
+
+    def extend(self, visibility_timeout: float) -> Message:
+        """Change visibility: see :meth:`Queue.extend`."""
+        return self._queue.extend(self, visibility_timeout)
+
+    def release(self, *, delay: float = 0) -> None:
+        """Negative acknowledge: see :meth:`Queue.release`."""
+        self._queue.release(self, delay=delay)
+
+    def __repr__(self) -> str:
+        return (
+            f"Message(id={self.id!r}, receive_count={self.receive_count}, "
+            f"body={self.body[:40]!r}{'...' if len(self.body) > 40 else ''})"
+        )
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """Counts from one listing. Expired in-flight messages count as ready."""
+
+    ready: int
+    in_flight: int
+    delayed: int
+    #: ``.new`` objects: sends under way, or a crashed writer's leftovers.
+    writing: int
+    #: Seconds since the oldest ready message was sent.
+    oldest_ready_age: float | None
+    #: Seconds until the next invisible message becomes visible.
+    next_visible_in: float | None
+
+
+class _Candidates:
+    """Names visible at the last listing, newest first (``pop()`` is the oldest)."""
+
+    __slots__ = ("listed_at", "listing_seconds", "losses", "names", "token", "wake_ms", "young")
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.token: Hashable = None
+        self.listed_at = -float("inf")
+        self.listing_seconds = 0.0
+        self.wake_ms: int | None = None  # earliest clock ms an unlisted name turns visible
+        self.young: set[str] = set()
+        self.losses = 0  # consecutive renames lost to other consumers
+
+    def note_invisible(self, expiry_ms: int) -> None:
+        if self.wake_ms is None or expiry_ms < self.wake_ms:
+            self.wake_ms = expiry_ms
+
+    def due(self, store: Store, now_ms: int) -> bool:
+        if not self.names and self.young:
+            return True  # a second look makes fresh names candidates
+        age = time.monotonic() - self.listed_at
+        min_age = LISTING_BUDGET * self.listing_seconds
+        if age < min_age:
+            return False
+        if age >= STALE_AFTER or (self.wake_ms is not None and now_ms >= self.wake_ms):
+            return True
+        return not self.names and (self.token is None or store.changed_since(self.token))
+
+
+class Queue:
+    """A FIFO queue with visibility timeouts in a directory (or any :class:`Store`).
+
+    Guarantees (on stores with ``atomic_rename``; see ``docs/guarantees.md``):
+
+    * a message is held by at most one receiver until its visibility timeout
+      expires; a receipt that is no longer current changes nothing;
+    * a ``send`` that returned is never lost (and, with ``durable=True`` on a
+      durable store, survives a power cut); delivery is at least once;
+    * one producer's messages are first delivered in send order to a single
+      consumer; with several consumers, receives are spread over the head of
+      the queue.
+
+    A ``Queue`` is thread-safe and may be shared by threads of one process.
+    """
+
+    def __init__(
+        self,
+        url: object,
+        *,
+        storage_options: dict[str, Any] | None = None,
+        create: bool = True,
+        visibility_timeout: float | None = None,
+        max_receives: int | None = None,
+        dead_letter: str | None = None,
+        durable: bool = True,
+        clock: Callable[[], float] = time.time,
+        new_grace: float = DEFAULT_NEW_GRACE,
+    ) -> None:
+        self._store = open_store(url, storage_options)
+        self._storage_options = storage_options
+        self.url = self._store.url
+        self.durable = bool(durable) and self._store.durable
+        self._clock = clock
+        self._new_grace_ms = int(seconds(new_grace, "new_grace") * 1000)
+        self._lock = threading.Lock()
+        self._candidates = _Candidates()
+        self._dead_letter_queue: Queue | None = None
+        requested = {
+            "visibility_timeout": None
+            if visibility_timeout is None
+            else seconds(visibility_timeout, "visibility_timeout"),
+            "max_receives": max_receives,
+            "dead_letter": dead_letter,
+        }
+        try:
+            self.config = self._open(create, requested)
+        except BaseException:
+            self._store.close()
+            raise
+
+    def _open(self, create: bool, requested: dict[str, Any]) -> QueueConfig:
+        store = self._store
+        if not store.atomic_rename:
+            raise UnsupportedStore(f"{self.url}: this store cannot make claims exclusive")
+        try:
+            if not store.ensure(create):
+                raise QueueNotFound(f"no queue at {self.url} (pass create=True to make one)")
+            try:
+                return QueueConfig.from_json(store.read(names.CONFIG_NAME), self.url)
+            except FileNotFoundError:
+                pass
+            if not create:
+                raise QueueNotFound(f"{self.url} has no vsqs config (pass create=True)")
+            config = QueueConfig(**{k: v for k, v in requested.items() if v is not None})
+            winner = self._publish(
+                names.ids.next_id(self._now_ms()), config.to_json(), names.CONFIG_NAME
+            )
+            if winner:
+                return config
+            return QueueConfig.from_json(store.read(names.CONFIG_NAME), self.url)
+        except OSError as exc:
+            _storage_error(exc, f"opening {self.url}")
+
+    # ------------------------------------------------------------------ util
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def _vt_ms(self, visibility_timeout: float | None) -> int:
+        if visibility_timeout is None:
+            return int(self.config.visibility_timeout * 1000)
+        return int(seconds(visibility_timeout, "visibility_timeout") * 1000)
+
+    def close(self) -> None:
+        """Release the store's resources. The queue's data is untouched."""
+        self._store.close()
+        if self._dead_letter_queue is not None:
+            self._dead_letter_queue.close()
+
+    def __enter__(self) -> Queue:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"vsqs.Queue({self.url!r})"
+
+    # -------------------------------------------------------------- publish
+    def _publish(self, message_id: str, data: bytes, final: str, *, replace_new: bool = False) -> bool:
+        """Write ``<id>.new`` and rename it to ``final``; ``False`` if ``final`` exists.
+
+        ``replace_new`` removes a leftover ``<id>.new`` first: only for moves of
+        a message this client holds, whose earlier attempt may have crashed.
+        """
+        store, tmp = self._store, names.new_name(message_id)
+        try:
+            store.write_new(tmp, data, fsync=self.durable)
+        except FileExistsError:
+            if not replace_new:
+                raise
+            store.delete(tmp)
+            store.write_new(tmp, data, fsync=self.durable)
+        try:
+            store.rename(tmp, final)
+        except FileExistsError:
+            store.delete(tmp)
+            return False
+        if self.durable:
+            store.sync_names()
+        return True
+
+    def send(self, body: Body, *, delay: float = 0) -> str:
+        """Send one message; return its id.
+
+        The message is visible (after ``delay`` seconds) once this returns, and
+        never before it is complete. With ``durable=True`` (the default) it
+        survives a power cut on a durable store.
+        """
+        data = _as_bytes(body)
+        delay_ms = int(seconds(delay, "delay") * 1000)
+        try:
+            while True:
+                now = self._now_ms()
+                message_id = names.ids.next_id(now)
+                final = message_id if delay_ms == 0 else names.invisible_name(message_id, now + delay_ms, 0)
+                try:
+                    if self._publish(message_id, data, final):
+                        return message_id
+                except FileExistsError:
+                    pass  # an id collision: draw the next id
+        except OSError as exc:
+            _storage_error(exc, f"sending to {self.url}")
+
+    def send_batch(self, bodies: Iterable[Body], *, delay: float = 0) -> list[str]:
+        """Send several messages; return their ids in order.
+
+        Durability is paid once per batch: the files are flushed with one
+        filesystem sync and the directory once. Not atomic: if this raises, a
+        prefix of the batch may have been sent.
+        """
+        datas = [_as_bytes(body) for body in bodies]
+        delay_ms = int(seconds(delay, "delay") * 1000)
+        store, sent, written = self._store, [], []
+        try:
+            try:
+                for data in datas:
+                    while True:
+                        message_id = names.ids.next_id(self._now_ms())
+                        try:
+                            store.write_new(names.new_name(message_id), data, fsync=False)
+                        except FileExistsError:
+                            continue
+                        written.append(message_id)
+                        break
+                if self.durable:
+                    store.sync_files(names.new_name(i) for i in written)
+                now = self._now_ms()
+                for message_id in written:
+                    final = message_id if delay_ms == 0 else names.invisible_name(message_id, now + delay_ms, 0)
+                    store.rename(names.new_name(message_id), final)
+                    sent.append(message_id)
+                if self.durable and sent:
+                    store.sync_names()
+                return sent
+            finally:
+                for message_id in written[len(sent) :]:
+                    try:
+                        store.delete(names.new_name(message_id))
+                    except OSError:
+                        pass
+        except OSError as exc:
+            _storage_error(exc, f"sending a batch to {self.url} ({len(sent)} sent)")
+
+    # -------------------------------------------------------------- receive
+    def receive(self, *, visibility_timeout: float | None = None, wait: float = 0) -> Message | None:
+        """Receive the oldest visible message, waiting up to ``wait`` seconds for one.
+
+        The message stays invisible to others for ``visibility_timeout`` seconds
+        (the queue's default if ``None``); delete it before then or it is
+        delivered again.
+        """
+        got = self.receive_batch(1, visibility_timeout=visibility_timeout, wait=wait)
+        return got[0] if got else None
+
+    def receive_batch(
+        self, max_messages: int = 10, *, visibility_timeout: float | None = None, wait: float = 0
+    ) -> list[Message]:
+        """Receive up to ``max_messages`` visible messages, oldest first.
+
+        Returns as soon as at least one message was received, or an empty list
+        after ``wait`` seconds (a long poll: it wakes when a message arrives or
+        an invisible one expires).
+        """
+        if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
+            raise InvalidArgument(f"max_messages must be a positive int, not {max_messages!r}")
+        vt_ms = self._vt_ms(visibility_timeout)
+        deadline = time.monotonic() + seconds(wait, "wait")
+        try:
+            while True:
+                got = self._claim_available(max_messages, vt_ms)
+                remaining = deadline - time.monotonic()
+                if got or remaining <= 0:
+                    return got
+                self._wait(remaining)
+        except OSError as exc:
+            _storage_error(exc, f"receiving from {self.url}")
+
+    def _wait(self, remaining: float) -> None:
+        c = self._candidates
+        timeout = min(remaining, STALE_AFTER)
+        if c.wake_ms is not None:
+            timeout = min(timeout, max(0.0, (c.wake_ms - self._now_ms()) / 1000))
+        self._store.wait_for_change(c.token, timeout)
+
+    def _claim_available(self, max_messages: int, vt_ms: int) -> list[Message]:
+        store, c, out = self._store, self._candidates, []
+        relists = 0
+        while len(out) < max_messages:
+            with self._lock:
+                now = self._now_ms()
+                if not c.names or c.due(store, now):
+                    if relists == 2 or not c.due(store, now):
+                        break
+                    self._relist(now)
+                    relists += 1
+                    continue
+                name = c.names.pop()
+            parsed = names.parse(name)
+            if parsed is None or not names.is_visible(parsed, now):
+                continue  # a foreign name, or not visible under this clock
+            count = parsed.count + 1
+            expiry = now + vt_ms
+            held = names.invisible_name(parsed.id, expiry, count)
+            try:
+                store.rename(name, held)
+            except (FileNotFoundError, FileExistsError):
+                self._lost_race()
+                continue
+            with self._lock:
+                c.losses = 0
+                c.note_invisible(expiry)
+            max_receives = self.config.max_receives
+            if max_receives is not None and count > max_receives:
+                self._dead_letter(parsed.id, held)
+                continue
+            try:
+                body = store.read(held)
+            except FileNotFoundError:
+                continue  # already expired and taken by another receiver
+            out.append(Message(self, parsed.id, body, held, count))
+        return out
+
+    def _lost_race(self) -> None:
+        """Another consumer took the candidate: skip ahead a random, growing distance.
+
+        Consumers sharing one listing would otherwise all fight for the same
+        head message; a single consumer never loses and stays strictly FIFO.
+        """
+        with self._lock:
+            c = self._candidates
+            c.losses += 1
+            skip = random.randrange(min(1 << c.losses, 64))
+            if skip:
+                del c.names[max(0, len(c.names) - skip) :]
+        log.debug("%s: lost a claim race; skipping %d candidates", self.url, skip)
+
+    def _relist(self, now_ms: int) -> None:
+        """Refresh the candidate cache from one listing (caller holds the lock)."""
+        c, store = self._candidates, self._store
+        started = time.monotonic()
+        token = store.change_token()
+        young_before = f"{now_ms - YOUNG_MS:013d}"
+        stale_new_before = f"{now_ms - self._new_grace_ms:013d}"
+        visible: list[str] = []
+        young: list[str] = []
+        stale_new: list[str] = []
+        wake: int | None = None
+        for name in store.list():
+            if len(name) == names.ID_LEN:
+                if name < young_before or name in c.young:
+                    visible.append(name)
+                else:
+                    young.append(name)
+            elif name.endswith(names.NEW_SUFFIX):
+                if name < stale_new_before:
+                    stale_new.append(name)
+            else:
+                parsed = names.parse(name)
+                if parsed is None or parsed.expiry_ms is None:
+                    continue
+                if parsed.expiry_ms <= now_ms:
+                    visible.append(name)
+                elif wake is None or parsed.expiry_ms < wake:
+                    wake = parsed.expiry_ms
+        visible.sort(reverse=True)
+        c.names, c.token, c.young, c.losses = visible, token, set(young), 0
+        c.wake_ms = now_ms if young else wake
+        c.listed_at = time.monotonic()
+        c.listing_seconds = c.listed_at - started
+        if stale_new:
+            self._collect_stale_new(stale_new)
+
+    def _collect_stale_new(self, candidates: Iterable[str]) -> list[str]:
+        removed = []
+        for name in candidates:
+            parsed = names.parse(name)
+            if parsed is None or parsed.state != names.NEW:
+                continue  # foreign: never touched
+            try:
+                self._store.delete(name)
+            except FileNotFoundError:
+                continue
+            removed.append(name)
+        if removed:
+            log.info("%s: removed %d stale .new leftovers of crashed writers", self.url, len(removed))
+        return removed
+
+    def gc(self) -> list[str]:
+        """Remove ``.new`` leftovers of crashed writers older than the grace period.
+
+        Receivers do this as they list; this does it now. Returns the removed names.
+        """
+        cutoff = f"{self._now_ms() - self._new_grace_ms:013d}"
+        try:
+            return self._collect_stale_new(
+                n for n in self._store.list() if n.endswith(names.NEW_SUFFIX) and n < cutoff
+            )
+        except OSError as exc:
+            _storage_error(exc, f"collecting leftovers in {self.url}")
+
+    # --------------------------------------------------------- dead letters
+    def _dead_letter_target(self) -> Queue:
+        if self._dead_letter_queue is None:
+            target = self.config.dead_letter
+            assert target is not None
+            if "/" in target or "://" in target:
+                dlq = Queue(target, storage_options=self._storage_options, durable=self.durable)
+            else:
+                dlq = Queue(self._store.sibling(target), durable=self.durable, clock=self._clock)
+            self._dead_letter_queue = dlq
+        return self._dead_letter_queue
+
+    def _dead_letter(self, message_id: str, held: str) -> None:
+        """Move a message this client holds to the dead-letter queue, keeping its id."""
+        try:
+            body = self._store.read(held)
+        except FileNotFoundError:
+            return
+        dlq = self._dead_letter_target()
+        dlq._move_in(message_id, body)
+        try:
+            self._store.delete(held)
+        except FileNotFoundError:
+            pass
+        log.info("%s: message %s dead-lettered to %s", self.url, message_id, dlq.url)
+
+    def _move_in(self, message_id: str, body: bytes) -> None:
+        """Publish a moved message under its own id; a repeat of a crashed move is a no-op."""
+        try:
+            self._publish(message_id, body, message_id, replace_new=True)
+        except OSError as exc:
+            _storage_error(exc, f"moving {message_id} into {self.url}")
+
+    # ------------------------------------------------------- by receipt
+    def _held(self, msg_or_receipt: Message | str) -> tuple[names.Name, Message | None]:
+        if isinstance(msg_or_receipt, Message):
+            if msg_or_receipt._queue is not self and msg_or_receipt._queue.url != self.url:
+                raise InvalidArgument("that message belongs to another queue")
+            if msg_or_receipt.receipt is None:
+                raise InvalidArgument("a peeked message has no receipt")
+            return names.parse_receipt(msg_or_receipt.receipt), msg_or_receipt
+        return names.parse_receipt(msg_or_receipt), None
+
+    @staticmethod
+    def _locked(message: Message | None) -> AbstractContextManager[Any]:
+        return message._lock if message is not None else nullcontext()
+
+    def _rename_held(self, receipt: str, new: str, what: str) -> None:
+        if new == receipt:
+            return
+        try:
+            self._store.rename(receipt, new)
+        except (FileNotFoundError, FileExistsError):
+            raise ReceiptExpired(f"cannot {what}: {receipt} is no longer current") from None
+        except OSError as exc:
+            _storage_error(exc, f"{what} in {self.url}")
+
+    def delete(self, msg_or_receipt: Message | str) -> None:
+        """Acknowledge a received message: remove it for good.
+
+        Raises :class:`ReceiptExpired` (and changes nothing) if the receipt is
+        no longer current: the message was deleted, or was received again by
+        someone else after its visibility timeout.
+        """
+        parsed, message = self._held(msg_or_receipt)
+        receipt = names.invisible_name(parsed.id, parsed.expiry_ms or 0, parsed.count)
+        with self._locked(message):
+            if message is not None:
+                receipt = message.receipt or receipt
+            try:
+                self._store.delete(receipt)
+            except FileNotFoundError:
+                raise ReceiptExpired(f"cannot delete: {receipt} is no longer current") from None
+            except OSError as exc:
+                _storage_error(exc, f"deleting from {self.url}")
+            if message is not None:
+                message._done = True
+
+    def extend(self, msg_or_receipt: Message | str, visibility_timeout: float) -> Message:
+        """Keep a received message invisible for ``visibility_timeout`` more seconds from now.
+
+        Returns the message with its new receipt (a ``Message`` argument is
+        updated in place). Raises :class:`ReceiptExpired` if the receipt is stale.
+        """
+        vt_ms = self._vt_ms(visibility_timeout)
+        parsed, message = self._held(msg_or_receipt)
+        with self._locked(message):
+            if message is not None:
+                parsed = names.parse_receipt(message.receipt)
+            receipt = names.invisible_name(parsed.id, parsed.expiry_ms or 0, parsed.count)
+            expiry = self._now_ms() + vt_ms
+            new = names.invisible_name(parsed.id, expiry, parsed.count)
+            self._rename_held(receipt, new, "extend")
+            with self._lock:
+                self._candidates.note_invisible(expiry)
+            if message is not None:
+                message.receipt = new
+                return message
+        try:
+            body = self._store.read(new)
+        except FileNotFoundError:
+            raise ReceiptExpired(f"{new} vanished right after extend") from None
+        except OSError as exc:
+            _storage_error(exc, f"reading from {self.url}")
+        return Message(self, parsed.id, body, new, parsed.count)
+
+    def release(self, msg_or_receipt: Message | str, *, delay: float = 0) -> None:
+        """Negative acknowledge: make a received message visible again after ``delay``.
+
+        It keeps its FIFO position and receive count. Raises
+        :class:`ReceiptExpired` if the receipt is stale.
+        """
+        delay_ms = int(seconds(delay, "delay") * 1000)
+        parsed, message = self._held(msg_or_receipt)
+        with self._locked(message):
+            if message is not None:
+                parsed = names.parse_receipt(message.receipt)
+            receipt = names.invisible_name(parsed.id, parsed.expiry_ms or 0, parsed.count)
+            expiry = self._now_ms() + delay_ms
+            self._rename_held(receipt, names.invisible_name(parsed.id, expiry, parsed.count), "release")
+            with self._lock:
+                self._candidates.note_invisible(expiry)
+            if message is not None:
+                message._done = True
+
+    # ---------------------------------------------------------- inspection
+    def _parsed_listing(self) -> Iterator[tuple[str, names.Name]]:
+        for name in self._store.list():
+            parsed = names.parse(name)
+            if parsed is not None:
+                yield name, parsed
+
+    def peek(self, max_messages: int = 10) -> list[Message]:
+        """Up to ``max_messages`` visible messages, oldest first, without receiving them.
+
+        Changes nothing; the returned messages have no receipt.
+        """
+        if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
+            raise InvalidArgument(f"max_messages must be a positive int, not {max_messages!r}")
+        now = self._now_ms()
+        try:
+            visible = sorted(
+                (name, parsed) for name, parsed in self._parsed_listing() if names.is_visible(parsed, now)
+            )
+            out = []
+            for name, parsed in visible:
+                try:
+                    body = self._store.read(name)
+                except FileNotFoundError:
+                    continue
+                out.append(Message(self, parsed.id, body, None, parsed.count))
+                if len(out) == max_messages:
+                    break
+            return out
+        except OSError as exc:
+            _storage_error(exc, f"peeking into {self.url}")
+
+    def stats(self) -> QueueStats:
+        """Counts by state from one listing."""
+        now = self._now_ms()
+        ready = in_flight = delayed = writing = 0
+        oldest: int | None = None
+        next_visible: int | None = None
+        try:
+            for _, parsed in self._parsed_listing():
+                if parsed.state == names.NEW:
+                    writing += 1
+                elif names.is_visible(parsed, now):
+                    ready += 1
+                    sent = names.id_ms(parsed.id)
+                    oldest = sent if oldest is None else min(oldest, sent)
+                else:
+                    assert parsed.expiry_ms is not None
+                    if parsed.count:
+                        in_flight += 1
+                    else:
+                        delayed += 1
+                    next_visible = (
+                        parsed.expiry_ms if next_visible is None else min(next_visible, parsed.expiry_ms)
+                    )
+        except OSError as exc:
+            _storage_error(exc, f"listing {self.url}")
+        return QueueStats(
+            ready=ready,
+            in_flight=in_flight,
+            delayed=delayed,
+            writing=writing,
+            oldest_ready_age=None if oldest is None else max(0.0, (now - oldest) / 1000),
+            next_visible_in=None if next_visible is None else (next_visible - now) / 1000,
+        )
+
+    def purge(self) -> int:
+        """Delete every message in every state (not sends under way); return how many.
+
+        Holders of purged messages get :class:`ReceiptExpired` on their receipts.
+        """
+        removed = 0
+        try:
+            for name, parsed in list(self._parsed_listing()):
+                if parsed.state == names.NEW:
+                    continue
+                try:
+                    self._store.delete(name)
+                except FileNotFoundError:
+                    continue
+                removed += 1
+        except OSError as exc:
+            _storage_error(exc, f"purging {self.url}")
+        log.info("%s: purged %d messages", self.url, removed)
+        return removed
+
+    # -------------------------------------------------------------- worker
+    def consume(
+        self,
+        handler: Callable[[Message], object],
+        *,
+        visibility_timeout: float | None = None,
+        max_messages: int | None = None,
+        idle_timeout: float | None = None,
+        stop: threading.Event | None = None,
+    ) -> int:
+        """Run ``handler`` on messages one at a time; return how many succeeded.
+
+        While the handler runs, a heartbeat thread extends the message's
+        visibility every third of the visibility timeout. When the handler
+        returns, the message is deleted; when it raises, the message is
+        released for another attempt (and the error is logged). Stops after
+        ``max_messages`` messages, after ``idle_timeout`` seconds without one,
+        or when ``stop`` is set.
+        """
+        vt = self._vt_ms(visibility_timeout) / 1000
+        idle = None if idle_timeout is None else seconds(idle_timeout, "idle_timeout")
+        taken = succeeded = 0
+        idle_since = time.monotonic()
+        while max_messages is None or taken < max_messages:
+            if stop is not None and stop.is_set():
+                break
+            waited = time.monotonic() - idle_since
+            if idle is not None and waited >= idle:
+                break
+            poll = 0.5 if idle is None else min(0.5, idle - waited)
+            message = self.receive(visibility_timeout=vt, wait=poll)
+            if message is None:
+                continue
+            taken += 1
+            with _Heartbeat(self, message, vt):
+                try:
+                    handler(message)
+                except Exception:
+                    log.exception("%s: handler failed on %s; releasing it", self.url, message.id)
+                    self._settle(message, failed=True)
+                    idle_since = time.monotonic()
+                    continue
+            succeeded += self._settle(message, failed=False)
+            idle_since = time.monotonic()
+        return succeeded
+
+    def _settle(self, message: Message, *, failed: bool) -> bool:
+        if message._done:
+            return not failed
+        try:
+            if failed:
+                self.release(message)
+            else:
+                self.delete(message)
+            return not failed
+        except ReceiptExpired:
+            log.warning(
+                "%s: %s became visible again before its handler finished; it will be redelivered",
+                self.url,
+                message.id,
+            )
+            return False
+
+
+class _Heartbeat:
+    """Extends a message's visibility in the background while its handler runs."""
+
+    def __init__(self, queue: Queue, message: Message, visibility_timeout: float) -> None:
+        self._queue, self._message, self._vt = queue, message, visibility_timeout
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> _Heartbeat:
+        if self._vt > 0:
+            self._thread = threading.Thread(target=self._run, name="vsqs-heartbeat", daemon=True)
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._vt / 3):
+            if self._message._done:
+                return
+            try:
+                self._queue.extend(self._message, self._vt)
+            except (ReceiptExpired, VsqsError) as exc:
+                log.warning("%s: heartbeat for %s stopped: %s", self._queue.url, self._message.id, exc)
+                return
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+
+def redrive(
+    dead_letter: object,
+    source: object,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    max_messages: int | None = None,
+) -> int:
+    """Move visible messages from a dead-letter queue back to ``source``; return how many.
+
+    Each message keeps its id (so its FIFO position) and starts with a receive
+    count of 0. Safe to run concurrently with consumers of either queue and
+    with another redrive: every message is first received from the
+    dead-letter queue, so only one mover handles it.
+    """
+    moved = 0
+    with Queue(dead_letter, storage_options=storage_options, create=False) as dlq, Queue(
+        source, storage_options=storage_options, create=False
+    ) as target:
+        while max_messages is None or moved < max_messages:
+            batch = dlq.receive_batch(
+                100 if max_messages is None else min(100, max_messages - moved),
+                visibility_timeout=_MOVE_HOLD_MS / 1000,
+            )
+            if not batch:
+                break
+            for message in batch:
+                target._move_in(message.id, message.body)
+                try:
+                    dlq.delete(message)
+                except ReceiptExpired:
+                    continue
+                moved += 1
+    log.info("redrove %d messages from %s to %s", moved, dlq.url, target.url)
+    return moved
+
+
+__all__ = ["Message", "Queue", "QueueStats", "redrive"]

@@ -1,0 +1,118 @@
+"""The storage interface that every backend implements.
+
+A :class:`Store` is one queue's flat namespace of names, small enough to
+implement in an afternoon. The queue logic in :mod:`vsqs._queue` is written
+once on top of it and relies only on what the capability flags promise.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Hashable, Iterable
+from typing import ClassVar
+
+
+class Store(ABC):
+    """One queue's namespace. Names are single components chosen by vsqs.
+
+    Methods raise the builtin ``FileNotFoundError``, ``FileExistsError``,
+    ``PermissionError`` or other ``OSError``; the queue layer turns them into
+    :class:`vsqs.VsqsError` subclasses.
+    """
+
+    #: ``rename`` is atomic: of any number of racing renames of one name, exactly
+    #: one succeeds. A multi-consumer queue needs this.
+    atomic_rename: ClassVar[bool] = False
+    #: ``write_new(..., fsync=True)``, ``sync_files`` and ``sync_names`` reach
+    #: stable storage (a returned send survives a power cut).
+    durable: ClassVar[bool] = False
+    #: Other processes (and hosts, for shared storage) see the same namespace.
+    shared: ClassVar[bool] = False
+
+    url: str
+
+    # -- container -------------------------------------------------------
+    @abstractmethod
+    def ensure(self, create: bool) -> bool:
+        """Check the queue's container exists, creating it if ``create``.
+
+        Returns whether it exists afterwards. Raises ``NotADirectoryError`` if
+        the location holds something that is not a container.
+        """
+
+    @abstractmethod
+    def sibling(self, name: str) -> Store:
+        """The store of the queue called ``name`` next to this one (validated name)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources (file descriptors, sessions). Idempotent."""
+
+    # -- names -----------------------------------------------------------
+    @abstractmethod
+    def list(self) -> Iterable[str]:
+        """Names of the plain objects in the namespace, in any order.
+
+        Directories, symlinks and other special files are not listed.
+        """
+
+    @abstractmethod
+    def read(self, name: str) -> bytes:
+        """The content of ``name``; never follows a symlink."""
+
+    @abstractmethod
+    def write_new(self, name: str, data: bytes, *, fsync: bool) -> None:
+        """Create ``name`` with ``data``; ``FileExistsError`` if it exists.
+
+        With ``fsync`` the content is on stable storage when this returns (the
+        name itself needs :meth:`sync_names`).
+        """
+
+    @abstractmethod
+    def rename(self, src: str, dst: str) -> None:
+        """Atomically rename ``src`` to ``dst`` without replacing ``dst``.
+
+        ``FileNotFoundError`` if ``src`` is gone (another client won the race),
+        ``FileExistsError`` if ``dst`` exists.
+        """
+
+    @abstractmethod
+    def delete(self, name: str) -> None:
+        """Remove ``name``; ``FileNotFoundError`` if it is gone."""
+
+    def sync_files(self, names: Iterable[str]) -> None:  # noqa: B027 - optional hook
+        """Make the content of the given new objects durable (one flush where possible)."""
+
+    def sync_names(self) -> None:  # noqa: B027 - optional hook
+        """Make preceding creates and renames durable."""
+
+    # -- change notification --------------------------------------------
+    @abstractmethod
+    def change_token(self) -> Hashable:
+        """An opaque token; take it *before* listing."""
+
+    def changed_since(self, token: Hashable) -> bool:
+        """Whether the namespace may have changed since ``token`` was taken.
+
+        May answer ``True`` spuriously, never ``False`` after a change.
+        """
+        return bool(self.change_token() != token)
+
+    def wait_for_change(self, token: Hashable, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds until :meth:`changed_since` holds.
+
+        The default polls adaptively: every 1 ms at first, backing off to 10 ms.
+        """
+        deadline = time.monotonic() + timeout
+        interval = 0.001
+        while True:
+            if self.changed_since(token):
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            time.sleep(min(interval, remaining))
+            interval = min(interval * 1.5, 0.010)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"

@@ -1,0 +1,161 @@
+"""Local (and shared, non-NFS) POSIX directories.
+
+Every operation is relative to a directory file descriptor opened once, so a
+name is always a single component inside the queue directory. Renames use
+``renameat2(RENAME_NOREPLACE)`` on Linux: atomic, and never replacing an
+existing name. Durability: file ``fsync`` before the publishing rename and a
+directory ``fsync`` after it; a batch flushes its files with one ``syncfs``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+
+import sys
+import time
+from collections.abc import Hashable, Iterable, Iterator
+
+from ._names import validate_queue_name
+from ._store import Store
+
+_RENAME_NOREPLACE = 1
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_renameat2 = getattr(_libc, "renameat2", None) if sys.platform.startswith("linux") else None
+_syncfs = getattr(_libc, "syncfs", None) if sys.platform.startswith("linux") else None
+
+_O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_O_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+_O_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+#: Message files are created 0o666 minus the umask: never wider than what the
+#: process would give any file, and never executable.
+FILE_MODE = 0o666
+#: A directory mtime this close to "now" may hide a change within the same
+#: filesystem clock tick, so it counts as changed.
+_RECENT_NS = 50_000_000
+
+
+class LocalStore(Store):
+    """A queue in a local directory. See the module docstring for guarantees."""
+
+    atomic_rename = True
+    durable = True
+    shared = True
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.url = path
+        self._fd: int | None = None
+        self._noreplace = _renameat2 is not None
+
+    # -- container -------------------------------------------------------
+    def ensure(self, create: bool) -> bool:
+        if self._fd is not None:
+            return True
+        if create:
+            try:
+                os.makedirs(self.path, exist_ok=True)
+            except FileExistsError:  # a file, or a symlink to one, is in the way
+                raise NotADirectoryError(errno.ENOTDIR, "not a directory", self.path) from None
+        try:
+            self._fd = os.open(self.path, _O_DIR)
+        except FileNotFoundError:
+            return False
+        return True
+
+    @property
+    def fd(self) -> int:
+        if self._fd is None:
+            raise RuntimeError("store used before ensure()")
+        return self._fd
+
+    def sibling(self, name: str) -> LocalStore:
+        parent = os.path.dirname(self.path)
+        return LocalStore(os.path.join(parent, validate_queue_name(name)))
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    # -- names -----------------------------------------------------------
+    def list(self) -> Iterator[str]:
+        with os.scandir(self.fd) as entries:
+            for entry in entries:
+                if entry.is_file(follow_symlinks=False):
+                    yield entry.name
+
+    def read(self, name: str) -> bytes:
+        fd = os.open(name, _O_READ, dir_fd=self.fd)
+        try:
+            size = os.fstat(fd).st_size
+            chunks = []
+            while True:
+                chunk = os.read(fd, max(size, 65536))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
+
+    def write_new(self, name: str, data: bytes, *, fsync: bool) -> None:
+        fd = os.open(name, _O_CREATE, FILE_MODE, dir_fd=self.fd)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if fsync:
+                os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            _unlink_quietly(name, self.fd)
+            raise
+        os.close(fd)
+
+    def rename(self, src: str, dst: str) -> None:
+        if self._noreplace:
+            if _renameat2(self.fd, src.encode(), self.fd, dst.encode(), _RENAME_NOREPLACE) == 0:  # type: ignore[misc]
+                return
+            err = ctypes.get_errno()
+            if err not in (errno.ENOSYS, errno.EINVAL):
+                raise OSError(err, os.strerror(err), src, None, dst)
+            self._noreplace = False  # this filesystem has no RENAME_NOREPLACE
+        # Fallback: plain rename(2) is still atomic and exactly-once on the
+        # source; it would replace dst, which ids make unique (docs/format.md).
+        os.rename(src, dst, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+
+    def delete(self, name: str) -> None:
+        os.unlink(name, dir_fd=self.fd)
+
+    def sync_files(self, names: Iterable[str]) -> None:
+        if _syncfs is not None and _syncfs(self.fd) == 0:  # one flush for the whole batch
+            return
+        for name in names:
+            fd = os.open(name, _O_READ, dir_fd=self.fd)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def sync_names(self) -> None:
+        os.fsync(self.fd)
+
+    # -- change notification --------------------------------------------
+    def change_token(self) -> Hashable:
+        return os.stat(self.fd).st_mtime_ns
+
+    def changed_since(self, token: Hashable) -> bool:
+        st = os.stat(self.fd)
+        return st.st_mtime_ns != token or time.time_ns() - st.st_mtime_ns < _RECENT_NS
+
+
+def _unlink_quietly(name: str, dir_fd: int) -> None:
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except OSError:
+        pass
+
+
