@@ -20,7 +20,9 @@ def seconds(value: object, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidArgument(f"{what} must be a number of seconds, not {type(value).__name__}")
     if not math.isfinite(value) or value < 0 or value > MAX_SECONDS:
-        raise InvalidArgument(f"{what} must be between 0 and {MAX_SECONDS:.0f} seconds, not {value}")
+        raise InvalidArgument(
+            f"{what} must be between 0 and {MAX_SECONDS:.0f} seconds, not {value}"
+        )
     return float(value)
 
 

@@ -49,7 +49,7 @@ class Name(NamedTuple):
     id: str
     state: str
     expiry_ms: int | None = None
-    count: int = 0
+    receive_count: int = 0
 
 
 def parse(name: str) -> Name | None:
@@ -76,7 +76,7 @@ def parse_receipt(receipt: object) -> Name:
     if not isinstance(receipt, str):
         raise InvalidReceipt(f"a receipt is a str, not {type(receipt).__name__}")
     parsed = parse(receipt)
-    if parsed is None or parsed.state != INVISIBLE or parsed.count == 0:
+    if parsed is None or parsed.state != INVISIBLE or parsed.receive_count == 0:
         raise InvalidReceipt(f"not a receipt of this queue format: {receipt!r:.80}")
     return parsed
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import logging
 import random
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Iterator
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, nullcontext, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
@@ -137,33 +139,68 @@ class QueueStats:
 
 
 class _Candidates:
-    """Names visible at the last listing, newest first (``pop()`` is the oldest)."""
+    """The receiver's view of the queue between listings.
 
-    __slots__ = ("listed_at", "listing_seconds", "losses", "names", "token", "wake_ms", "young")
+    ``names[pos:]`` are candidate names, ascending (FIFO); ``pending`` maps the
+    invisible names this client knows of (from the listing, or its own claims,
+    extends, releases and delayed sends) to their expiry, with ``heap`` in
+    expiry order, so that they become candidates in FIFO position the moment
+    they are due, without a listing.
+    """
+
+    __slots__ = (
+        "heap",
+        "listed_at",
+        "listing_seconds",
+        "losses",
+        "names",
+        "pending",
+        "pos",
+        "token",
+        "young",
+    )
 
     def __init__(self) -> None:
         self.names: list[str] = []
+        self.pos = 0
+        self.pending: dict[str, int] = {}
+        self.heap: list[tuple[int, str]] = []
         self.token: Hashable = None
         self.listed_at = -float("inf")
         self.listing_seconds = 0.0
-        self.wake_ms: int | None = None  # earliest clock ms an unlisted name turns visible
         self.young: set[str] = set()
         self.losses = 0  # consecutive renames lost to other consumers
 
-    def note_invisible(self, expiry_ms: int) -> None:
-        if self.wake_ms is None or expiry_ms < self.wake_ms:
-            self.wake_ms = expiry_ms
+    def add_invisible(self, name: str, expiry_ms: int) -> None:
+        self.pending[name] = expiry_ms
+        heapq.heappush(self.heap, (expiry_ms, name))
 
-    def due(self, store: Store, now_ms: int) -> bool:
-        if not self.names and self.young:
+    def forget(self, name: str) -> None:
+        self.pending.pop(name, None)
+
+    def promote_due(self, now_ms: int) -> None:
+        """Move known invisible names whose expiry has passed into the candidates."""
+        heap, pending = self.heap, self.pending
+        while heap and heap[0][0] <= now_ms:
+            expiry, name = heapq.heappop(heap)
+            if pending.get(name) == expiry:
+                del pending[name]
+                bisect.insort(self.names, name, lo=self.pos)
+
+    def next_expiry_ms(self) -> int | None:
+        return self.heap[0][0] if self.heap else None
+
+    def due(self, store: Store) -> bool:
+        """Whether to list again before the next claim."""
+        exhausted = self.pos >= len(self.names)
+        if exhausted and self.young:
             return True  # a second look makes fresh names candidates
         age = time.monotonic() - self.listed_at
-        min_age = LISTING_BUDGET * self.listing_seconds
-        if age < min_age:
+        if age < LISTING_BUDGET * self.listing_seconds:
             return False
-        if age >= STALE_AFTER or (self.wake_ms is not None and now_ms >= self.wake_ms):
+        if age >= STALE_AFTER:
             return True
-        return not self.names and (self.token is None or store.changed_since(self.token))
+        return exhausted and (self.token is None or store.changed_since(self.token))
 
 
 class Queue:
@@ -259,7 +296,10 @@ class Queue:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self.close()
 
@@ -267,7 +307,9 @@ class Queue:
         return f"vsqs.Queue({self.url!r})"
 
     # -------------------------------------------------------------- publish
-    def _publish(self, message_id: str, data: bytes, final: str, *, replace_new: bool = False) -> bool:
+    def _publish(
+        self, message_id: str, data: bytes, final: str, *, replace_new: bool = False
+    ) -> bool:
         """Write ``<id>.new`` and rename it to ``final``; ``False`` if ``final`` exists.
 
         ``replace_new`` removes a leftover ``<id>.new`` first: only for moves of
@@ -303,9 +345,15 @@ class Queue:
             while True:
                 now = self._now_ms()
                 message_id = names.ids.next_id(now)
-                final = message_id if delay_ms == 0 else names.invisible_name(message_id, now + delay_ms, 0)
+                final = (
+                    message_id
+                    if delay_ms == 0
+                    else names.invisible_name(message_id, now + delay_ms, 0)
+                )
                 try:
                     if self._publish(message_id, data, final):
+                        if delay_ms:
+                            self._track_invisible(None, final, now + delay_ms)
                         return message_id
                 except FileExistsError:
                     pass  # an id collision: draw the next id
@@ -337,23 +385,29 @@ class Queue:
                     store.sync_files(names.new_name(i) for i in written)
                 now = self._now_ms()
                 for message_id in written:
-                    final = message_id if delay_ms == 0 else names.invisible_name(message_id, now + delay_ms, 0)
+                    final = (
+                        message_id
+                        if delay_ms == 0
+                        else names.invisible_name(message_id, now + delay_ms, 0)
+                    )
                     store.rename(names.new_name(message_id), final)
                     sent.append(message_id)
+                    if delay_ms:
+                        self._track_invisible(None, final, now + delay_ms)
                 if self.durable and sent:
                     store.sync_names()
                 return sent
             finally:
                 for message_id in written[len(sent) :]:
-                    try:
+                    with suppress(OSError):
                         store.delete(names.new_name(message_id))
-                    except OSError:
-                        pass
         except OSError as exc:
             _storage_error(exc, f"sending a batch to {self.url} ({len(sent)} sent)")
 
     # -------------------------------------------------------------- receive
-    def receive(self, *, visibility_timeout: float | None = None, wait: float = 0) -> Message | None:
+    def receive(
+        self, *, visibility_timeout: float | None = None, wait: float = 0
+    ) -> Message | None:
         """Receive the oldest visible message, waiting up to ``wait`` seconds for one.
 
         The message stays invisible to others for ``visibility_timeout`` seconds
@@ -389,27 +443,31 @@ class Queue:
     def _wait(self, remaining: float) -> None:
         c = self._candidates
         timeout = min(remaining, STALE_AFTER)
-        if c.wake_ms is not None:
-            timeout = min(timeout, max(0.0, (c.wake_ms - self._now_ms()) / 1000))
+        next_expiry = c.next_expiry_ms()
+        if next_expiry is not None:
+            timeout = min(timeout, max(0.0, (next_expiry - self._now_ms()) / 1000))
         self._store.wait_for_change(c.token, timeout)
 
     def _claim_available(self, max_messages: int, vt_ms: int) -> list[Message]:
-        store, c, out = self._store, self._candidates, []
+        store, c = self._store, self._candidates
+        out: list[Message] = []
         relists = 0
         while len(out) < max_messages:
             with self._lock:
                 now = self._now_ms()
-                if not c.names or c.due(store, now):
-                    if relists == 2 or not c.due(store, now):
+                c.promote_due(now)
+                if c.pos >= len(c.names) or c.due(store):
+                    if relists == 2 or not c.due(store):
                         break
                     self._relist(now)
                     relists += 1
                     continue
-                name = c.names.pop()
+                name = c.names[c.pos]
+                c.pos += 1
             parsed = names.parse(name)
             if parsed is None or not names.is_visible(parsed, now):
                 continue  # a foreign name, or not visible under this clock
-            count = parsed.count + 1
+            count = parsed.receive_count + 1
             expiry = now + vt_ms
             held = names.invisible_name(parsed.id, expiry, count)
             try:
@@ -419,7 +477,7 @@ class Queue:
                 continue
             with self._lock:
                 c.losses = 0
-                c.note_invisible(expiry)
+                c.add_invisible(held, expiry)
             max_receives = self.config.max_receives
             if max_receives is not None and count > max_receives:
                 self._dead_letter(parsed.id, held)
@@ -436,17 +494,17 @@ class Queue:
 
         Consumers sharing one listing would otherwise all fight for the same
         head message; a single consumer never loses and stays strictly FIFO.
+        Skipped names come back at the next listing if nobody took them.
         """
         with self._lock:
             c = self._candidates
             c.losses += 1
             skip = random.randrange(min(1 << c.losses, 64))
-            if skip:
-                del c.names[max(0, len(c.names) - skip) :]
+            c.pos = min(len(c.names), c.pos + skip)
         log.debug("%s: lost a claim race; skipping %d candidates", self.url, skip)
 
     def _relist(self, now_ms: int) -> None:
-        """Refresh the candidate cache from one listing (caller holds the lock)."""
+        """Refresh the candidates from one listing (caller holds the lock)."""
         c, store = self._candidates, self._store
         started = time.monotonic()
         token = store.change_token()
@@ -455,7 +513,7 @@ class Queue:
         visible: list[str] = []
         young: list[str] = []
         stale_new: list[str] = []
-        wake: int | None = None
+        pending: dict[str, int] = {}
         for name in store.list():
             if len(name) == names.ID_LEN:
                 if name < young_before or name in c.young:
@@ -471,11 +529,13 @@ class Queue:
                     continue
                 if parsed.expiry_ms <= now_ms:
                     visible.append(name)
-                elif wake is None or parsed.expiry_ms < wake:
-                    wake = parsed.expiry_ms
-        visible.sort(reverse=True)
-        c.names, c.token, c.young, c.losses = visible, token, set(young), 0
-        c.wake_ms = now_ms if young else wake
+                else:
+                    pending[name] = parsed.expiry_ms
+        visible.sort()
+        c.names, c.pos, c.token, c.young, c.losses = visible, 0, token, set(young), 0
+        c.pending = pending
+        c.heap = [(expiry, name) for name, expiry in pending.items()]
+        heapq.heapify(c.heap)
         c.listed_at = time.monotonic()
         c.listing_seconds = c.listed_at - started
         if stale_new:
@@ -493,7 +553,9 @@ class Queue:
                 continue
             removed.append(name)
         if removed:
-            log.info("%s: removed %d stale .new leftovers of crashed writers", self.url, len(removed))
+            log.info(
+                "%s: removed %d stale .new leftovers of crashed writers", self.url, len(removed)
+            )
         return removed
 
     def gc(self) -> list[str]:
@@ -529,10 +591,8 @@ class Queue:
             return
         dlq = self._dead_letter_target()
         dlq._move_in(message_id, body)
-        try:
+        with suppress(FileNotFoundError):
             self._store.delete(held)
-        except FileNotFoundError:
-            pass
         log.info("%s: message %s dead-lettered to %s", self.url, message_id, dlq.url)
 
     def _move_in(self, message_id: str, body: bytes) -> None:
@@ -574,7 +634,7 @@ class Queue:
         someone else after its visibility timeout.
         """
         parsed, message = self._held(msg_or_receipt)
-        receipt = names.invisible_name(parsed.id, parsed.expiry_ms or 0, parsed.count)
+        receipt = names.invisible_name(parsed.id, parsed.expiry_ms or 0, parsed.receive_count)
         with self._locked(message):
             if message is not None:
                 receipt = message.receipt or receipt
@@ -584,8 +644,15 @@ class Queue:
                 raise ReceiptExpired(f"cannot delete: {receipt} is no longer current") from None
             except OSError as exc:
                 _storage_error(exc, f"deleting from {self.url}")
+            self._candidates.forget(receipt)
             if message is not None:
                 message._done = True
+
+    def _track_invisible(self, old: str | None, new: str, expiry_ms: int) -> None:
+        with self._lock:
+            if old is not None:
+                self._candidates.forget(old)
+            self._candidates.add_invisible(new, expiry_ms)
 
     def extend(self, msg_or_receipt: Message | str, visibility_timeout: float) -> Message:
         """Keep a received message invisible for ``visibility_timeout`` more seconds from now.
@@ -598,12 +665,11 @@ class Queue:
         with self._locked(message):
             if message is not None:
                 parsed = names.parse_receipt(message.receipt)
-            receipt = names.invisible_name(parsed.id, parsed.expiry_ms or 0, parsed.count)
+            receipt = names.invisible_name(parsed.id, parsed.expiry_ms or 0, parsed.receive_count)
             expiry = self._now_ms() + vt_ms
-            new = names.invisible_name(parsed.id, expiry, parsed.count)
+            new = names.invisible_name(parsed.id, expiry, parsed.receive_count)
             self._rename_held(receipt, new, "extend")
-            with self._lock:
-                self._candidates.note_invisible(expiry)
+            self._track_invisible(receipt, new, expiry)
             if message is not None:
                 message.receipt = new
                 return message
@@ -613,7 +679,7 @@ class Queue:
             raise ReceiptExpired(f"{new} vanished right after extend") from None
         except OSError as exc:
             _storage_error(exc, f"reading from {self.url}")
-        return Message(self, parsed.id, body, new, parsed.count)
+        return Message(self, parsed.id, body, new, parsed.receive_count)
 
     def release(self, msg_or_receipt: Message | str, *, delay: float = 0) -> None:
         """Negative acknowledge: make a received message visible again after ``delay``.
@@ -626,11 +692,11 @@ class Queue:
         with self._locked(message):
             if message is not None:
                 parsed = names.parse_receipt(message.receipt)
-            receipt = names.invisible_name(parsed.id, parsed.expiry_ms or 0, parsed.count)
+            receipt = names.invisible_name(parsed.id, parsed.expiry_ms or 0, parsed.receive_count)
             expiry = self._now_ms() + delay_ms
-            self._rename_held(receipt, names.invisible_name(parsed.id, expiry, parsed.count), "release")
-            with self._lock:
-                self._candidates.note_invisible(expiry)
+            new = names.invisible_name(parsed.id, expiry, parsed.receive_count)
+            self._rename_held(receipt, new, "release")
+            self._track_invisible(receipt, new, expiry)
             if message is not None:
                 message._done = True
 
@@ -651,7 +717,9 @@ class Queue:
         now = self._now_ms()
         try:
             visible = sorted(
-                (name, parsed) for name, parsed in self._parsed_listing() if names.is_visible(parsed, now)
+                (name, parsed)
+                for name, parsed in self._parsed_listing()
+                if names.is_visible(parsed, now)
             )
             out = []
             for name, parsed in visible:
@@ -659,7 +727,7 @@ class Queue:
                     body = self._store.read(name)
                 except FileNotFoundError:
                     continue
-                out.append(Message(self, parsed.id, body, None, parsed.count))
+                out.append(Message(self, parsed.id, body, None, parsed.receive_count))
                 if len(out) == max_messages:
                     break
             return out
@@ -682,12 +750,14 @@ class Queue:
                     oldest = sent if oldest is None else min(oldest, sent)
                 else:
                     assert parsed.expiry_ms is not None
-                    if parsed.count:
+                    if parsed.receive_count:
                         in_flight += 1
                     else:
                         delayed += 1
                     next_visible = (
-                        parsed.expiry_ms if next_visible is None else min(next_visible, parsed.expiry_ms)
+                        parsed.expiry_ms
+                        if next_visible is None
+                        else min(next_visible, parsed.expiry_ms)
                     )
         except OSError as exc:
             _storage_error(exc, f"listing {self.url}")
@@ -805,7 +875,9 @@ class _Heartbeat:
             try:
                 self._queue.extend(self._message, self._vt)
             except (ReceiptExpired, VsqsError) as exc:
-                log.warning("%s: heartbeat for %s stopped: %s", self._queue.url, self._message.id, exc)
+                log.warning(
+                    "%s: heartbeat for %s stopped: %s", self._queue.url, self._message.id, exc
+                )
                 return
 
     def __exit__(self, *exc_info: object) -> None:
@@ -829,9 +901,10 @@ def redrive(
     dead-letter queue, so only one mover handles it.
     """
     moved = 0
-    with Queue(dead_letter, storage_options=storage_options, create=False) as dlq, Queue(
-        source, storage_options=storage_options, create=False
-    ) as target:
+    with (
+        Queue(dead_letter, storage_options=storage_options, create=False) as dlq,
+        Queue(source, storage_options=storage_options, create=False) as target,
+    ):
         while max_messages is None or moved < max_messages:
             batch = dlq.receive_batch(
                 100 if max_messages is None else min(100, max_messages - moved),

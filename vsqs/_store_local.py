@@ -9,11 +9,11 @@ directory ``fsync`` after it; a batch flushes its files with one ``syncfs``.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
 import os
-
 import sys
 import time
 from collections.abc import Hashable, Iterable, Iterator
@@ -153,9 +153,5 @@ class LocalStore(Store):
 
 
 def _unlink_quietly(name: str, dir_fd: int) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.unlink(name, dir_fd=dir_fd)
-    except OSError:
-        pass
-
-
