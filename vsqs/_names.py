@@ -20,6 +20,9 @@ import os
 import re
 import secrets
 import threading
+import time
+import weakref
+from collections.abc import Callable
 from typing import NamedTuple
 
 from ._errors import InvalidQueueName, InvalidReceipt
@@ -147,3 +150,18 @@ class IdGenerator:
 
 ids = IdGenerator()
 os.register_at_fork(after_in_child=ids._reset)
+_by_clock: weakref.WeakKeyDictionary[Callable[[], float], IdGenerator] = weakref.WeakKeyDictionary()
+
+
+def id_generator(clock: Callable[[], float]) -> IdGenerator:
+    """The process's generator for the wall clock; one per injected (test) clock.
+
+    Every client of one clock shares a generator, so one thread's sends are in
+    order whichever ``Queue`` object they go through.
+    """
+    if clock is time.time:
+        return ids
+    try:
+        return _by_clock.setdefault(clock, IdGenerator())
+    except TypeError:  # not weak-referenceable
+        return IdGenerator()

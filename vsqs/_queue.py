@@ -39,8 +39,10 @@ Body = bytes | bytearray | memoryview | str
 #: whose visibility expired (or that other clients released) come back in FIFO
 #: position within this delay, or within 20 listing times on huge backlogs.
 STALE_AFTER = 1.0
-#: Listings may take at most 1/LISTING_BUDGET of a consumer's time.
+#: Listings of more than THROTTLE_ABOVE names may take at most
+#: 1/LISTING_BUDGET of a receiver's time; smaller ones are never throttled.
 LISTING_BUDGET = 20
+THROTTLE_ABOVE = 1000
 #: A fresh ready name becomes a candidate once it is older than this, or once
 #: a second listing has seen it: a listing racing with a producer may show the
 #: producer's newer message but not its older one (docs/format.md, "FIFO").
@@ -63,6 +65,8 @@ def _as_bytes(body: object) -> bytes:
 
 def _storage_error(exc: OSError, where: str) -> NoReturn:
     """Re-raise an OSError of the store as the matching VsqsError."""
+    if isinstance(exc, VsqsError):
+        raise exc
     if isinstance(exc, PermissionError):
         raise QueuePermissionError(f"{where}: {exc}") from exc
     if isinstance(exc, NotADirectoryError):
@@ -151,6 +155,7 @@ class _Candidates:
     __slots__ = (
         "heap",
         "listed_at",
+        "listed_count",
         "listing_seconds",
         "losses",
         "names",
@@ -168,6 +173,7 @@ class _Candidates:
         self.token: Hashable = None
         self.listed_at = -float("inf")
         self.listing_seconds = 0.0
+        self.listed_count = 0
         self.young: set[str] = set()
         self.losses = 0  # consecutive renames lost to other consumers
 
@@ -196,7 +202,7 @@ class _Candidates:
         if exhausted and self.young:
             return True  # a second look makes fresh names candidates
         age = time.monotonic() - self.listed_at
-        if age < LISTING_BUDGET * self.listing_seconds:
+        if self.listed_count > THROTTLE_ABOVE and age < LISTING_BUDGET * self.listing_seconds:
             return False
         if age >= STALE_AFTER:
             return True
@@ -233,10 +239,12 @@ class Queue:
         new_grace: float = DEFAULT_NEW_GRACE,
     ) -> None:
         self._store = open_store(url, storage_options)
+        self._owns_store = self._store is not url  # a Store passed in stays the caller's
         self._storage_options = storage_options
         self.url = self._store.url
         self.durable = bool(durable) and self._store.durable
         self._clock = clock
+        self._ids = names.id_generator(clock)
         self._new_grace_ms = int(seconds(new_grace, "new_grace") * 1000)
         self._lock = threading.Lock()
         self._candidates = _Candidates()
@@ -251,7 +259,7 @@ class Queue:
         try:
             self.config = self._open(create, requested)
         except BaseException:
-            self._store.close()
+            self.close()
             raise
 
     def _open(self, create: bool, requested: dict[str, Any]) -> QueueConfig:
@@ -262,18 +270,19 @@ class Queue:
             if not store.ensure(create):
                 raise QueueNotFound(f"no queue at {self.url} (pass create=True to make one)")
             try:
-                return QueueConfig.from_json(store.read(names.CONFIG_NAME), self.url)
+                config = QueueConfig.from_json(store.read(names.CONFIG_NAME), self.url)
             except FileNotFoundError:
-                pass
-            if not create:
-                raise QueueNotFound(f"{self.url} has no vsqs config (pass create=True)")
-            config = QueueConfig(**{k: v for k, v in requested.items() if v is not None})
-            winner = self._publish(
-                names.ids.next_id(self._now_ms()), config.to_json(), names.CONFIG_NAME
-            )
-            if winner:
-                return config
-            return QueueConfig.from_json(store.read(names.CONFIG_NAME), self.url)
+                if not create:
+                    raise QueueNotFound(
+                        f"{self.url} has no vsqs config (pass create=True)"
+                    ) from None
+                config = QueueConfig(**{k: v for k, v in requested.items() if v is not None})
+                message_id = self._ids.next_id(self._now_ms())
+                if self._publish(message_id, config.to_json(), names.CONFIG_NAME):
+                    return config
+                config = QueueConfig.from_json(store.read(names.CONFIG_NAME), self.url)
+            config.check_agrees(requested, self.url)
+            return config
         except OSError as exc:
             _storage_error(exc, f"opening {self.url}")
 
@@ -287,8 +296,9 @@ class Queue:
         return int(seconds(visibility_timeout, "visibility_timeout") * 1000)
 
     def close(self) -> None:
-        """Release the store's resources. The queue's data is untouched."""
-        self._store.close()
+        """Release the resources of a store this queue opened. The data is untouched."""
+        if self._owns_store:
+            self._store.close()
         if self._dead_letter_queue is not None:
             self._dead_letter_queue.close()
 
@@ -344,7 +354,7 @@ class Queue:
         try:
             while True:
                 now = self._now_ms()
-                message_id = names.ids.next_id(now)
+                message_id = self._ids.next_id(now)
                 final = (
                     message_id
                     if delay_ms == 0
@@ -353,7 +363,7 @@ class Queue:
                 try:
                     if self._publish(message_id, data, final):
                         if delay_ms:
-                            self._track_invisible(None, final, now + delay_ms)
+                            self._note_invisible(final, now + delay_ms)
                         return message_id
                 except FileExistsError:
                     pass  # an id collision: draw the next id
@@ -374,7 +384,7 @@ class Queue:
             try:
                 for data in datas:
                     while True:
-                        message_id = names.ids.next_id(self._now_ms())
+                        message_id = self._ids.next_id(self._now_ms())
                         try:
                             store.write_new(names.new_name(message_id), data, fsync=False)
                         except FileExistsError:
@@ -393,7 +403,7 @@ class Queue:
                     store.rename(names.new_name(message_id), final)
                     sent.append(message_id)
                     if delay_ms:
-                        self._track_invisible(None, final, now + delay_ms)
+                        self._note_invisible(final, now + delay_ms)
                 if self.durable and sent:
                     store.sync_names()
                 return sent
@@ -475,9 +485,8 @@ class Queue:
             except (FileNotFoundError, FileExistsError):
                 self._lost_race()
                 continue
-            with self._lock:
-                c.losses = 0
-                c.add_invisible(held, expiry)
+            c.losses = 0
+            self._note_invisible(held, expiry)
             max_receives = self.config.max_receives
             if max_receives is not None and count > max_receives:
                 self._dead_letter(parsed.id, held)
@@ -514,7 +523,9 @@ class Queue:
         young: list[str] = []
         stale_new: list[str] = []
         pending: dict[str, int] = {}
+        listed = 0
         for name in store.list():
+            listed += 1
             if len(name) == names.ID_LEN:
                 if name < young_before or name in c.young:
                     visible.append(name)
@@ -538,6 +549,7 @@ class Queue:
         heapq.heapify(c.heap)
         c.listed_at = time.monotonic()
         c.listing_seconds = c.listed_at - started
+        c.listed_count = listed
         if stale_new:
             self._collect_stale_new(stale_new)
 
@@ -616,15 +628,29 @@ class Queue:
     def _locked(message: Message | None) -> AbstractContextManager[Any]:
         return message._lock if message is not None else nullcontext()
 
-    def _rename_held(self, receipt: str, new: str, what: str) -> None:
-        if new == receipt:
-            return
+    def _move_held(self, parsed: names.Name, expiry_ms: int, what: str) -> str:
+        """Rename a held message to a new expiry; return the new name.
+
+        The new name always differs from the receipt (1 ms later if need be),
+        so the atomic rename itself proves the receipt is still current.
+        """
+        receipt = names.invisible_name(parsed.id, parsed.expiry_ms or 0, parsed.receive_count)
+        if expiry_ms == parsed.expiry_ms:
+            expiry_ms += 1
+        new = names.invisible_name(parsed.id, expiry_ms, parsed.receive_count)
         try:
             self._store.rename(receipt, new)
         except (FileNotFoundError, FileExistsError):
             raise ReceiptExpired(f"cannot {what}: {receipt} is no longer current") from None
         except OSError as exc:
             _storage_error(exc, f"{what} in {self.url}")
+        self._candidates.forget(receipt)
+        self._note_invisible(new, expiry_ms)
+        return new
+
+    def _note_invisible(self, name: str, expiry_ms: int) -> None:
+        with self._lock:
+            self._candidates.add_invisible(name, expiry_ms)
 
     def delete(self, msg_or_receipt: Message | str) -> None:
         """Acknowledge a received message: remove it for good.
@@ -648,28 +674,18 @@ class Queue:
             if message is not None:
                 message._done = True
 
-    def _track_invisible(self, old: str | None, new: str, expiry_ms: int) -> None:
-        with self._lock:
-            if old is not None:
-                self._candidates.forget(old)
-            self._candidates.add_invisible(new, expiry_ms)
-
     def extend(self, msg_or_receipt: Message | str, visibility_timeout: float) -> Message:
         """Keep a received message invisible for ``visibility_timeout`` more seconds from now.
 
         Returns the message with its new receipt (a ``Message`` argument is
         updated in place). Raises :class:`ReceiptExpired` if the receipt is stale.
         """
-        vt_ms = self._vt_ms(visibility_timeout)
+        vt_ms = int(seconds(visibility_timeout, "visibility_timeout") * 1000)
         parsed, message = self._held(msg_or_receipt)
         with self._locked(message):
             if message is not None:
                 parsed = names.parse_receipt(message.receipt)
-            receipt = names.invisible_name(parsed.id, parsed.expiry_ms or 0, parsed.receive_count)
-            expiry = self._now_ms() + vt_ms
-            new = names.invisible_name(parsed.id, expiry, parsed.receive_count)
-            self._rename_held(receipt, new, "extend")
-            self._track_invisible(receipt, new, expiry)
+            new = self._move_held(parsed, self._now_ms() + vt_ms, "extend")
             if message is not None:
                 message.receipt = new
                 return message
@@ -692,11 +708,7 @@ class Queue:
         with self._locked(message):
             if message is not None:
                 parsed = names.parse_receipt(message.receipt)
-            receipt = names.invisible_name(parsed.id, parsed.expiry_ms or 0, parsed.receive_count)
-            expiry = self._now_ms() + delay_ms
-            new = names.invisible_name(parsed.id, expiry, parsed.receive_count)
-            self._rename_held(receipt, new, "release")
-            self._track_invisible(receipt, new, expiry)
+            self._move_held(parsed, self._now_ms() + delay_ms, "release")
             if message is not None:
                 message._done = True
 

@@ -1,0 +1,118 @@
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import vsqs
+from vsqs import _names as names
+
+from .queue_tests import QueueTests
+
+
+class TestLocalStore(QueueTests):
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> vsqs.Store:
+        return vsqs.LocalStore(str(tmp_path / "q"))
+
+
+def test_queue_by_path_and_file_url(tmp_path: Path) -> None:
+    with vsqs.Queue(tmp_path / "jobs") as by_path:
+        by_path.send(b"x")
+    with vsqs.Queue(f"file://{tmp_path}/jobs", create=False) as by_url:
+        msg = by_url.receive()
+        assert msg is not None and msg.body == b"x"
+    assert (tmp_path / "jobs" / names.CONFIG_NAME).is_file()
+
+
+def test_relative_path_resolves_against_cwd(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with vsqs.Queue("sub/../jobs") as q:
+        assert q.url == str(tmp_path / "jobs")
+
+
+@pytest.mark.parametrize(
+    "location",
+    ["", "   ", "a\x00b", "/", "s3://bucket/q", "gs://b/q", b"/tmp/q", 42, None, "/tmp/.."],
+)
+def test_bad_queue_locations_are_refused(location: object) -> None:
+    with pytest.raises((vsqs.InvalidQueueName, vsqs.UnsupportedStore)):
+        vsqs.Queue(location)
+
+
+def test_a_file_in_the_way_is_not_a_queue(tmp_path: Path) -> None:
+    blocker = tmp_path / "jobs"
+    blocker.write_bytes(b"i am a file")
+    with pytest.raises(vsqs.NotAQueue):
+        vsqs.Queue(blocker)
+    assert blocker.read_bytes() == b"i am a file"
+
+
+def test_a_foreign_directory_config_is_not_clobbered(tmp_path: Path) -> None:
+    queue_dir = tmp_path / "jobs"
+    queue_dir.mkdir()
+    (queue_dir / names.CONFIG_NAME).write_text('{"format": 1, "visibility_timeout": -5}')
+    with pytest.raises(vsqs.QueueConfigError):
+        vsqs.Queue(queue_dir)
+    assert (queue_dir / names.CONFIG_NAME).read_text().endswith("-5}")
+
+
+@pytest.fixture
+def read_only_dir(tmp_path: Path):
+    """A directory nobody may create files in, even root (immutable flag)."""
+    path = tmp_path / "ro"
+    path.mkdir()
+    if os.geteuid() == 0:
+        if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode:
+            pytest.skip("chattr +i is not supported here")
+        try:
+            yield path
+        finally:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+    else:
+        path.chmod(0o555)
+        try:
+            yield path
+        finally:
+            path.chmod(0o755)
+
+
+def test_read_only_directory_gives_a_permission_error(read_only_dir: Path) -> None:
+    with pytest.raises(vsqs.QueuePermissionError):
+        vsqs.Queue(read_only_dir)
+    assert list(read_only_dir.iterdir()) == []
+
+
+def test_messages_are_not_readable_through_symlinks(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"do not leak")
+    with vsqs.Queue(tmp_path / "jobs") as q:
+        link = tmp_path / "jobs" / names.ids.next_id(1_000_000_000_000)
+        link.symlink_to(secret)
+        assert q.receive() is None
+        assert q.peek() == [] and q.stats().ready == 0
+        assert q.purge() == 0
+        assert link.is_symlink() and secret.read_bytes() == b"do not leak"
+
+
+def test_a_directory_named_like_a_message_is_ignored(tmp_path: Path) -> None:
+    with vsqs.Queue(tmp_path / "jobs") as q:
+        fake = tmp_path / "jobs" / names.ids.next_id(1_000_000_000_000)
+        fake.mkdir()
+        assert q.receive() is None and q.purge() == 0
+        assert fake.is_dir()
+
+
+def test_message_files_do_not_widen_permissions(tmp_path: Path) -> None:
+    old = os.umask(0o027)
+    try:
+        with vsqs.Queue(tmp_path / "jobs") as q:
+            q.send(b"x")
+            (name,) = [p for p in (tmp_path / "jobs").iterdir() if p.name != names.CONFIG_NAME]
+            assert name.stat().st_mode & 0o777 == 0o640
+    finally:
+        os.umask(old)
