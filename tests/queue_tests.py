@@ -349,7 +349,7 @@ class QueueTests:
         self, store: vsqs.Store, clock: FakeClock
     ) -> None:
         with vsqs.Queue(store, clock=clock, new_grace=60) as q:
-            leftover = names.new_name(names.ids.next_id(int(clock.now * 1000)))
+            leftover = names.new_name(names.id_generator(clock).next_id(int(clock.now * 1000)))
             foreign = ["notes.txt", "1234", "x" * names.ID_LEN, leftover[:-4] + ".old", "a.new"]
             store.write_new(leftover, b"half a mess", fsync=False)
             for name in foreign:
