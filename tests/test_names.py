@@ -1,0 +1,98 @@
+"""The name grammar: pure functions, so properties over many inputs."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import vsqs
+from vsqs import _names as names
+
+millis = st.integers(min_value=0, max_value=names.MAX_EXPIRY_MS)
+counts = st.integers(min_value=0, max_value=names.MAX_COUNT)
+
+
+@given(st.lists(millis, min_size=1, max_size=200))
+def test_ids_strictly_increase_even_when_the_clock_stands_still_or_steps_back(
+    clock_readings: list[int],
+) -> None:
+    generator = names.IdGenerator()
+    issued = [generator.next_id(ms) for ms in clock_readings]
+    assert issued == sorted(issued) and len(set(issued)) == len(issued)
+    assert all(names.parse(i) == names.Name(i, names.READY) for i in issued)
+
+
+def test_sequence_overflow_moves_to_the_next_millisecond() -> None:
+    generator = names.IdGenerator()
+    issued = [generator.next_id(5) for _ in range(0x10000 + 2)]
+    assert issued == sorted(issued)
+    assert names.id_ms(issued[-1]) == 6 and names.id_ms(issued[0x10000 - 1]) == 5
+
+
+def test_ids_of_two_generators_never_collide() -> None:
+    one, two = names.IdGenerator(), names.IdGenerator()
+    assert {one.next_id(7) for _ in range(100)}.isdisjoint({two.next_id(7) for _ in range(100)})
+
+
+@given(st.integers(min_value=0, max_value=names.MAX_EXPIRY_MS - 1), millis, counts)
+def test_invisible_names_round_trip_and_sort_by_id(sent: int, expiry: int, count: int) -> None:
+    message_id = names.IdGenerator().next_id(sent)
+    name = names.invisible_name(message_id, expiry, count)
+    assert names.parse(name) == names.Name(message_id, names.INVISIBLE, expiry, count)
+    assert names.parse(names.new_name(message_id)) == names.Name(message_id, names.NEW)
+    later = names.IdGenerator().next_id(sent + 1)
+    assert sorted([later, name]) == [name, later]
+
+
+@given(st.text(max_size=80))
+def test_arbitrary_text_is_foreign_or_round_trips(text: str) -> None:
+    parsed = names.parse(text)
+    if parsed is None:
+        return
+    rebuilt = {
+        names.READY: parsed.id,
+        names.NEW: names.new_name(parsed.id),
+        names.INVISIBLE: names.invisible_name(
+            parsed.id, parsed.expiry_ms or 0, parsed.receive_count
+        ),
+    }[parsed.state]
+    assert rebuilt == text
+    assert "/" not in text and ".." not in text.replace(".new", "")
+
+
+@given(st.text(max_size=80) | st.binary(max_size=40) | st.integers() | st.none())
+def test_receipts_are_validated_before_use(receipt: object) -> None:
+    try:
+        parsed = names.parse_receipt(receipt)
+    except vsqs.InvalidReceipt:
+        return
+    assert isinstance(receipt, str) and parsed.receive_count >= 1 and "/" not in receipt
+
+
+@pytest.mark.parametrize("name", ["jobs", "a", "A-b_c.1", "x" * 128])
+def test_valid_queue_names(name: str) -> None:
+    assert names.validate_queue_name(name) == name
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["", ".", "..", "a..b", "../x", "a/b", "/a", ".hidden", "-x", "x" * 129, "é", "a b", None, 3],
+)
+def test_invalid_queue_names(name: object) -> None:
+    with pytest.raises(vsqs.InvalidQueueName):
+        names.validate_queue_name(name)
+
+
+def test_fork_gives_the_child_a_new_nonce() -> None:
+    import os
+
+    parent = names.ids.next_id(1)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        os.write(write, names.ids.next_id(1).encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child = os.read(read, 100).decode()
+    assert child[-16:] != parent[-16:]
