@@ -825,27 +825,30 @@ class Queue:
         idle = None if idle_timeout is None else seconds(idle_timeout, "idle_timeout")
         taken = succeeded = 0
         idle_since = time.monotonic()
-        while max_messages is None or taken < max_messages:
-            if stop is not None and stop.is_set():
-                break
-            waited = time.monotonic() - idle_since
-            if idle is not None and waited >= idle:
-                break
-            poll = 0.5 if idle is None else min(0.5, idle - waited)
-            message = self.receive(visibility_timeout=vt, wait=poll)
-            if message is None:
-                continue
-            taken += 1
-            with _Heartbeat(self, message, vt):
+        with _Heartbeat(self, vt) as heartbeat:
+            while max_messages is None or taken < max_messages:
+                if stop is not None and stop.is_set():
+                    break
+                waited = time.monotonic() - idle_since
+                if idle is not None and waited >= idle:
+                    break
+                poll = 0.5 if idle is None else min(0.5, idle - waited)
+                message = self.receive(visibility_timeout=vt, wait=poll)
+                if message is None:
+                    continue
+                taken += 1
+                heartbeat.watch(message)
                 try:
                     handler(message)
                 except Exception:
                     log.exception("%s: handler failed on %s; releasing it", self.url, message.id)
-                    self._settle(message, failed=True)
-                    idle_since = time.monotonic()
-                    continue
-            succeeded += self._settle(message, failed=False)
-            idle_since = time.monotonic()
+                    failed = True
+                else:
+                    failed = False
+                finally:
+                    heartbeat.watch(None)
+                succeeded += self._settle(message, failed=failed)
+                idle_since = time.monotonic()
         return succeeded
 
     def _settle(self, message: Message, *, failed: bool) -> bool:
@@ -867,35 +870,57 @@ class Queue:
 
 
 class _Heartbeat:
-    """Extends a message's visibility in the background while its handler runs."""
+    """One background thread per ``consume`` call that keeps the message being
+    handled invisible, extending it every third of the visibility timeout."""
 
-    def __init__(self, queue: Queue, message: Message, visibility_timeout: float) -> None:
-        self._queue, self._message, self._vt = queue, message, visibility_timeout
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+    def __init__(self, queue: Queue, visibility_timeout: float) -> None:
+        self._queue, self._vt = queue, visibility_timeout
+        self._changed = threading.Condition()
+        self._message: Message | None = None
+        self._extended_at = 0.0
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="vsqs-heartbeat", daemon=True)
 
     def __enter__(self) -> _Heartbeat:
         if self._vt > 0:
-            self._thread = threading.Thread(target=self._run, name="vsqs-heartbeat", daemon=True)
             self._thread.start()
         return self
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._vt / 3):
-            if self._message._done:
-                return
-            try:
-                self._queue.extend(self._message, self._vt)
-            except (ReceiptExpired, VsqsError) as exc:
-                log.warning(
-                    "%s: heartbeat for %s stopped: %s", self._queue.url, self._message.id, exc
-                )
-                return
-
     def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
+        with self._changed:
+            self._closed = True
+            self._changed.notify()
+        if self._thread.is_alive():
             self._thread.join()
+
+    def watch(self, message: Message | None) -> None:
+        """Keep ``message`` invisible from now on (``None``: stop)."""
+        with self._changed:
+            self._message, self._extended_at = message, time.monotonic()
+            self._changed.notify()
+
+    def _run(self) -> None:
+        interval = self._vt / 3
+        with self._changed:
+            while not self._closed:
+                message = self._message
+                if message is None:
+                    self._changed.wait()
+                    continue
+                remaining = self._extended_at + interval - time.monotonic()
+                if remaining > 0:
+                    self._changed.wait(remaining)
+                    continue
+                self._extended_at = time.monotonic()
+                if message._done:
+                    continue
+                try:
+                    self._queue.extend(message, self._vt)
+                except VsqsError as exc:
+                    log.warning(
+                        "%s: heartbeat for %s stopped: %s", self._queue.url, message.id, exc
+                    )
+                    self._message = None
 
 
 def redrive(
