@@ -1,0 +1,276 @@
+"""A crash injected before every storage call of every operation, on every backend.
+
+``CrashingStore`` wraps a real store and kills the "process" at its k-th
+storage call: that call and every later one raise :class:`Crash` (a
+``BaseException``, like a process death, so no ``except Exception`` in the
+library can swallow it); a crash during ``write_new`` leaves a torn, half-written
+object, as a power cut or kill -9 mid-write would. After the crash, a fresh
+client on the same storage recovers (time passes beyond every visibility
+timeout and the leftover grace period) and the test checks:
+
+* nothing acknowledged is lost: every message the test did not delete is
+  delivered again;
+* nothing is duplicated within a queue: no two names of one id, and a
+  message is received at most once per visibility period;
+* no partial message is ever visible and leftovers are collected;
+* a message deleted before the crash never comes back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import vsqs
+from vsqs import _names as names
+
+from .conftest import FakeClock
+
+
+class Crash(BaseException):
+    """The simulated death of the client process."""
+
+
+class CrashingStore(vsqs.Store):
+    """Delegates to ``inner``; the ``crash_at``-th counted call and all later ones crash."""
+
+    def __init__(self, inner: vsqs.Store, crash_at: int | None) -> None:
+        self.inner, self.crash_at, self.calls = inner, crash_at, 0
+        self.url = inner.url
+        self.atomic_rename = inner.atomic_rename  # type: ignore[misc]
+        self.durable = inner.durable  # type: ignore[misc]
+
+    def _step(self) -> bool:
+        """Count a call; return True if this call is the one that crashes."""
+        self.calls += 1
+        if self.crash_at is not None and self.calls > self.crash_at:
+            raise Crash(f"dead since call {self.crash_at}")
+        return self.crash_at is not None and self.calls == self.crash_at
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        if self._step():
+            raise Crash(f"crashed before {method}{args!r:.60}")
+        return getattr(self.inner, method)(*args, **kwargs)
+
+    def ensure(self, create: bool) -> bool:
+        return self.inner.ensure(create)
+
+    def sibling(self, name: str) -> vsqs.Store:
+        return CrashingStore(self.inner.sibling(name), None).share_fate(self)
+
+    def share_fate(self, other: CrashingStore) -> CrashingStore:
+        """Make this store count and crash together with ``other`` (one process)."""
+        self._step = other._step  # type: ignore[method-assign]
+        return self
+
+    def list(self) -> Iterable[str]:
+        return list(self._call("list"))
+
+    def read(self, name: str) -> bytes:
+        return self._call("read", name)  # type: ignore[no-any-return]
+
+    def write_new(self, name: str, data: bytes, *, fsync: bool) -> None:
+        if self._step():
+            self.inner.write_new(name, data[: len(data) // 2], fsync=False)  # torn write
+            raise Crash(f"crashed while writing {name}")
+        self.inner.write_new(name, data, fsync=fsync)
+
+    def rename(self, src: str, dst: str) -> None:
+        self._call("rename", src, dst)
+
+    def delete(self, name: str) -> None:
+        self._call("delete", name)
+
+    def sync_files(self, names_: Iterable[str]) -> None:
+        self._call("sync_files", list(names_))
+
+    def sync_names(self) -> None:
+        self._call("sync_names")
+
+    def change_token(self) -> Hashable:
+        return self.inner.change_token()
+
+    def wait_for_change(self, token: Hashable, timeout: float) -> bool:
+        return self.inner.wait_for_change(token, timeout)
+
+
+BODY = b"payload-" + bytes(range(256)) * 4
+
+
+def message_names(store: vsqs.Store) -> dict[str, list[str]]:
+    """Names of each message id in a queue."""
+    by_id: dict[str, list[str]] = {}
+    for name in store.list():
+        parsed = names.parse(name)
+        if parsed is not None and parsed.state != names.NEW:
+            by_id.setdefault(parsed.id, []).append(name)
+    return by_id
+
+
+class Expect:
+    """What recovery must find: ids that must be delivered again, ids gone for good.
+
+    A scenario records each fact as soon as it is certain (an operation that
+    returned), so whatever the crash point, the sets hold.
+    """
+
+    def __init__(self) -> None:
+        self.survive: set[str] = set()
+        self.gone: set[str] = set()
+
+    def uncertain(self, message_id: str) -> None:
+        self.survive.discard(message_id)
+
+    def deleted(self, message_id: str) -> None:
+        self.gone.add(message_id)
+
+
+Scenario = Callable[[vsqs.Queue, vsqs.Queue, Expect], None]
+
+
+def send(healthy: vsqs.Queue, crashing: vsqs.Queue, expect: Expect) -> None:
+    expect.survive.add(healthy.send(BODY))
+    expect.survive.add(crashing.send(BODY))
+
+
+def send_batch(healthy: vsqs.Queue, crashing: vsqs.Queue, expect: Expect) -> None:
+    expect.survive.add(healthy.send(BODY))
+    expect.survive.update(crashing.send_batch([BODY] * 3))
+
+
+def delayed_send(healthy: vsqs.Queue, crashing: vsqs.Queue, expect: Expect) -> None:
+    expect.survive.add(healthy.send(BODY))
+    expect.survive.add(crashing.send(BODY, delay=5))
+
+
+def receive(healthy: vsqs.Queue, crashing: vsqs.Queue, expect: Expect) -> None:
+    expect.survive.update(healthy.send_batch([BODY] * 3))
+    crashing.receive_batch(2)
+
+
+def receive_and_delete(healthy: vsqs.Queue, crashing: vsqs.Queue, expect: Expect) -> None:
+    expect.survive.update(healthy.send_batch([BODY] * 2))
+    for msg in crashing.receive_batch(2):
+        expect.uncertain(msg.id)
+        msg.delete()
+        expect.deleted(msg.id)
+
+
+def extend(healthy: vsqs.Queue, crashing: vsqs.Queue, expect: Expect) -> None:
+    expect.survive.update(healthy.send_batch([BODY] * 2))
+    for msg in healthy.receive_batch(2):
+        crashing.extend(msg.receipt, 60)  # type: ignore[arg-type]
+
+
+def release(healthy: vsqs.Queue, crashing: vsqs.Queue, expect: Expect) -> None:
+    expect.survive.update(healthy.send_batch([BODY] * 2))
+    for msg in healthy.receive_batch(2):
+        crashing.release(msg.receipt, delay=3)  # type: ignore[arg-type]
+
+
+def delete(healthy: vsqs.Queue, crashing: vsqs.Queue, expect: Expect) -> None:
+    expect.survive.update(healthy.send_batch([BODY] * 2))
+    for msg in healthy.receive_batch(2):
+        expect.uncertain(msg.id)
+        crashing.delete(msg.receipt)  # type: ignore[arg-type]
+        expect.deleted(msg.id)
+
+
+def purge(healthy: vsqs.Queue, crashing: vsqs.Queue, expect: Expect) -> None:
+    healthy.send_batch([BODY] * 3)  # any subset may be purged; the rest must be intact
+    crashing.purge()
+
+
+def dead_letter(healthy: vsqs.Queue, crashing: vsqs.Queue, expect: Expect) -> None:
+    poison = healthy.send(BODY)
+    expect.survive.add(poison)  # in the source or in the dead-letter queue
+    crashing.receive(visibility_timeout=0)
+    crashing.receive(visibility_timeout=0)  # the second receive moves it
+
+
+def redrive(healthy: vsqs.Queue, crashing: vsqs.Queue, expect: Expect) -> None:
+    dlq = healthy._store.sibling("dlq")
+    with vsqs.Queue(dlq) as dead:
+        expect.survive.update(dead.send_batch([BODY] * 2))
+    vsqs.redrive(crashing._store.sibling("dlq"), crashing._store)
+
+
+SCENARIOS: dict[str, Scenario] = {
+    f.__name__: f
+    for f in (
+        send,
+        send_batch,
+        delayed_send,
+        receive,
+        receive_and_delete,
+        extend,
+        release,
+        delete,
+        purge,
+        dead_letter,
+        redrive,
+    )
+}
+
+
+@pytest.fixture(params=["memory", "local"])
+def inner_store(request: pytest.FixtureRequest, tmp_path: Path) -> vsqs.Store:
+    if request.param == "memory":
+        return vsqs.MemoryStore("q")
+    return vsqs.LocalStore(str(tmp_path / "q"))
+
+
+def open_pair(
+    store: vsqs.Store, crashing: CrashingStore, clock: FakeClock
+) -> tuple[vsqs.Queue, vsqs.Queue]:
+    config = {"clock": clock, "max_receives": 1, "dead_letter": "dlq"}
+    vsqs.Queue(store.sibling("dlq")).close()  # exists before counting calls
+    return vsqs.Queue(store, **config), vsqs.Queue(crashing, **config)  # type: ignore[arg-type]
+
+
+def recover_and_check(store: vsqs.Store, clock: FakeClock, expect: Expect) -> None:
+    clock.advance(3600 * 2)  # past every visibility timeout, delay and the leftover grace
+    delivered: Counter[str] = Counter()
+    for queue_store in (store, store.sibling("dlq")):
+        with vsqs.Queue(queue_store, clock=clock) as fresh:
+            fresh.gc()
+            by_id = message_names(queue_store)
+            assert all(len(n) == 1 for n in by_id.values()), f"two names of one message: {by_id}"
+            leftovers = [n for n in queue_store.list() if n.endswith(names.NEW_SUFFIX)]
+            assert not leftovers, "a .new leftover survived gc"
+            while (msg := fresh.receive(visibility_timeout=600)) is not None:
+                assert msg.body == BODY, "a partial message became visible"
+                delivered[msg.id] += 1
+                msg.delete()
+    assert expect.survive <= set(delivered), f"lost {expect.survive - set(delivered)}"
+    assert not expect.gone & set(delivered), "an acknowledged message came back"
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=str)
+def test_a_crash_before_any_storage_call_loses_nothing(
+    inner_store: vsqs.Store, scenario: str
+) -> None:
+    run = SCENARIOS[scenario]
+    probe = CrashingStore(inner_store, None)
+    clock = FakeClock(time.time())
+    healthy, crashing = open_pair(inner_store, probe, clock)
+    probe.calls = 0
+    run(healthy, crashing, Expect())
+    total = probe.calls
+    assert total >= 1
+    recover_and_check(inner_store, clock, Expect())
+    for crash_at in range(1, total + 1):
+        clock = FakeClock(time.time())  # redrive runs on the real clock
+        crashing_store = CrashingStore(inner_store, None)
+        healthy, crashing = open_pair(inner_store, crashing_store, clock)
+        crashing_store.crash_at = crash_at
+        crashing_store.calls = 0
+        expect = Expect()
+        with pytest.raises(Crash):
+            run(healthy, crashing, expect)
+        recover_and_check(inner_store, clock, expect)
