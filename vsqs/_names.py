@@ -70,6 +70,10 @@ def parse(name: str) -> Name | None:
     return Name(m.group(1), INVISIBLE, int(m.group(2)), int(m.group(3)))
 
 
+def is_id(name: str) -> bool:
+    return _ID_RE.fullmatch(name) is not None
+
+
 def parse_receipt(receipt: object) -> Name:
     """Validate an untrusted receipt: an invisible name that was received at least once.
 

@@ -183,6 +183,9 @@ class _Candidates:
 
     def forget(self, name: str) -> None:
         self.pending.pop(name, None)
+        if len(self.heap) > 2 * len(self.pending) + 1024:  # drop forgotten entries
+            self.heap = [(expiry, name) for name, expiry in self.pending.items()]
+            heapq.heapify(self.heap)
 
     def promote_due(self, now_ms: int) -> None:
         """Move known invisible names whose expiry has passed into the candidates."""
@@ -197,7 +200,7 @@ class _Candidates:
         return self.heap[0][0] if self.heap else None
 
     def due(self, store: Store) -> bool:
-        """Whether to list again before the next claim."""
+        """Whether to list again before the next claim (possibly to find nothing)."""
         exhausted = self.pos >= len(self.names)
         if exhausted and self.young:
             return True  # a second look makes fresh names candidates
@@ -460,57 +463,69 @@ class Queue:
 
     def _claim_available(self, max_messages: int, vt_ms: int) -> list[Message]:
         store, c = self._store, self._candidates
+        max_receives = self.config.max_receives
         out: list[Message] = []
         relists = 0
         while len(out) < max_messages:
             with self._lock:
                 now = self._now_ms()
                 c.promote_due(now)
-                if c.pos >= len(c.names) or c.due(store):
-                    if relists == 2 or not c.due(store):
+                if c.due(store):
+                    if relists == 2:
                         break
                     self._relist(now)
                     relists += 1
                     continue
+                if c.pos >= len(c.names):
+                    break
                 name = c.names[c.pos]
                 c.pos += 1
-            parsed = names.parse(name)
-            if parsed is None or not names.is_visible(parsed, now):
-                continue  # a foreign name, or not visible under this clock
-            count = parsed.receive_count + 1
-            expiry = now + vt_ms
-            held = names.invisible_name(parsed.id, expiry, count)
-            try:
-                store.rename(name, held)
-            except (FileNotFoundError, FileExistsError):
-                self._lost_race()
+                claimed = self._claim(name, now, vt_ms)
+            if claimed is None:
                 continue
-            c.losses = 0
-            self._note_invisible(held, expiry)
-            max_receives = self.config.max_receives
+            message_id, held, count = claimed
             if max_receives is not None and count > max_receives:
-                self._dead_letter(parsed.id, held)
+                self._dead_letter(message_id, held)
                 continue
             try:
                 body = store.read(held)
             except FileNotFoundError:
                 continue  # already expired and taken by another receiver
-            out.append(Message(self, parsed.id, body, held, count))
+            out.append(Message(self, message_id, body, held, count))
         return out
 
-    def _lost_race(self) -> None:
-        """Another consumer took the candidate: skip ahead a random, growing distance.
+    def _claim(self, name: str, now: int, vt_ms: int) -> tuple[str, str, int] | None:
+        """Rename a candidate to held; ``(id, held name, count)`` or ``None`` if lost.
 
-        Consumers sharing one listing would otherwise all fight for the same
-        head message; a single consumer never loses and stays strictly FIFO.
-        Skipped names come back at the next listing if nobody took them.
+        The caller holds the lock.
         """
-        with self._lock:
-            c = self._candidates
+        if len(name) == names.ID_LEN:
+            if not names.is_id(name):
+                return None  # foreign
+            message_id, count = name, 1
+        else:
+            parsed = names.parse(name)
+            if parsed is None or not names.is_visible(parsed, now):
+                return None
+            message_id, count = parsed.id, parsed.receive_count + 1
+        expiry = now + vt_ms
+        held = names.invisible_name(message_id, expiry, count)
+        c = self._candidates
+        try:
+            self._store.rename(name, held)
+        except (FileNotFoundError, FileExistsError):
+            # Another consumer took it. Skip ahead a random, growing distance:
+            # consumers sharing one listing would otherwise all fight for the
+            # same head message. A lone consumer never loses and stays FIFO;
+            # skipped names come back at the next listing if nobody took them.
             c.losses += 1
             skip = random.randrange(min(1 << c.losses, 64))
             c.pos = min(len(c.names), c.pos + skip)
-        log.debug("%s: lost a claim race; skipping %d candidates", self.url, skip)
+            log.debug("%s: lost a claim race; skipping %d candidates", self.url, skip)
+            return None
+        c.losses = 0
+        c.add_invisible(held, expiry)
+        return message_id, held, count
 
     def _relist(self, now_ms: int) -> None:
         """Refresh the candidates from one listing (caller holds the lock)."""
@@ -659,18 +674,18 @@ class Queue:
         no longer current: the message was deleted, or was received again by
         someone else after its visibility timeout.
         """
-        parsed, message = self._held(msg_or_receipt)
-        receipt = names.invisible_name(parsed.id, parsed.expiry_ms or 0, parsed.receive_count)
+        _, message = self._held(msg_or_receipt)
         with self._locked(message):
-            if message is not None:
-                receipt = message.receipt or receipt
+            receipt = message.receipt if message is not None else msg_or_receipt
+            assert isinstance(receipt, str)
             try:
                 self._store.delete(receipt)
             except FileNotFoundError:
                 raise ReceiptExpired(f"cannot delete: {receipt} is no longer current") from None
             except OSError as exc:
                 _storage_error(exc, f"deleting from {self.url}")
-            self._candidates.forget(receipt)
+            with self._lock:
+                self._candidates.forget(receipt)
             if message is not None:
                 message._done = True
 

@@ -25,6 +25,15 @@ _RENAME_NOREPLACE = 1
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 _renameat2 = getattr(_libc, "renameat2", None) if sys.platform.startswith("linux") else None
 _syncfs = getattr(_libc, "syncfs", None) if sys.platform.startswith("linux") else None
+if _renameat2 is not None:
+    _renameat2.argtypes = [
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_uint,
+    ]
+    _renameat2.restype = ctypes.c_int
 
 _O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _O_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -32,6 +41,7 @@ _O_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 #: Message files are created 0o666 minus the umask: never wider than what the
 #: process would give any file, and never executable.
 FILE_MODE = 0o666
+_READ_CHUNK = 1 << 16
 #: A directory mtime this close to "now" may hide a change within the same
 #: filesystem clock tick, so it counts as changed.
 _RECENT_NS = 50_000_000
@@ -90,13 +100,12 @@ class LocalStore(Store):
     def read(self, name: str) -> bytes:
         fd = os.open(name, _O_READ, dir_fd=self.fd)
         try:
-            size = os.fstat(fd).st_size
-            chunks = []
-            while True:
-                chunk = os.read(fd, max(size, 65536))
-                if not chunk:
-                    break
-                chunks.append(chunk)
+            data = os.read(fd, _READ_CHUNK)
+            if len(data) < _READ_CHUNK:
+                return data  # small messages: one read, no fstat
+            chunks = [data, os.read(fd, max(os.fstat(fd).st_size - len(data), 0) + 1)]
+            while chunks[-1]:
+                chunks.append(os.read(fd, _READ_CHUNK))
             return b"".join(chunks)
         finally:
             os.close(fd)
