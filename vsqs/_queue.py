@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import logging
+import math
 import random
 import threading
 import time
@@ -291,7 +292,12 @@ class Queue:
 
     # ------------------------------------------------------------------ util
     def _now_ms(self) -> int:
+        """The clock in whole ms, rounded down: what has surely passed."""
         return int(self._clock() * 1000)
+
+    def _expiry_ms(self, after_ms: int) -> int:
+        """``after_ms`` from now, rounded up: a holder never gets less than asked."""
+        return math.ceil(self._clock() * 1000) + after_ms
 
     def _vt_ms(self, visibility_timeout: float | None) -> int:
         if visibility_timeout is None:
@@ -356,17 +362,15 @@ class Queue:
         delay_ms = int(seconds(delay, "delay") * 1000)
         try:
             while True:
-                now = self._now_ms()
-                message_id = self._ids.next_id(now)
+                message_id = self._ids.next_id(self._now_ms())
+                visible_at = self._expiry_ms(delay_ms)
                 final = (
-                    message_id
-                    if delay_ms == 0
-                    else names.invisible_name(message_id, now + delay_ms, 0)
+                    message_id if delay_ms == 0 else names.invisible_name(message_id, visible_at, 0)
                 )
                 try:
                     if self._publish(message_id, data, final):
                         if delay_ms:
-                            self._note_invisible(final, now + delay_ms)
+                            self._note_invisible(final, visible_at)
                         return message_id
                 except FileExistsError:
                     pass  # an id collision: draw the next id
@@ -396,17 +400,17 @@ class Queue:
                         break
                 if self.durable:
                     store.sync_files(names.new_name(i) for i in written)
-                now = self._now_ms()
+                visible_at = self._expiry_ms(delay_ms)
                 for message_id in written:
                     final = (
                         message_id
                         if delay_ms == 0
-                        else names.invisible_name(message_id, now + delay_ms, 0)
+                        else names.invisible_name(message_id, visible_at, 0)
                     )
                     store.rename(names.new_name(message_id), final)
                     sent.append(message_id)
                     if delay_ms:
-                        self._note_invisible(final, now + delay_ms)
+                        self._note_invisible(final, visible_at)
                 if self.durable and sent:
                     store.sync_names()
                 return sent
@@ -508,7 +512,7 @@ class Queue:
             if parsed is None or not names.is_visible(parsed, now):
                 return None
             message_id, count = parsed.id, parsed.receive_count + 1
-        expiry = now + vt_ms
+        expiry = self._expiry_ms(vt_ms)
         held = names.invisible_name(message_id, expiry, count)
         c = self._candidates
         try:
@@ -700,7 +704,7 @@ class Queue:
         with self._locked(message):
             if message is not None:
                 parsed = names.parse_receipt(message.receipt)
-            new = self._move_held(parsed, self._now_ms() + vt_ms, "extend")
+            new = self._move_held(parsed, self._expiry_ms(vt_ms), "extend")
             if message is not None:
                 message.receipt = new
                 return message
@@ -723,7 +727,7 @@ class Queue:
         with self._locked(message):
             if message is not None:
                 parsed = names.parse_receipt(message.receipt)
-            self._move_held(parsed, self._now_ms() + delay_ms, "release")
+            self._move_held(parsed, self._expiry_ms(delay_ms), "release")
             if message is not None:
                 message._done = True
 
