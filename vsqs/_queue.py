@@ -183,7 +183,11 @@ class _Candidates:
         heapq.heappush(self.heap, (expiry_ms, name))
 
     def forget(self, name: str) -> None:
+        """This client renamed or deleted ``name``: it is no candidate any more."""
         self.pending.pop(name, None)
+        i = bisect.bisect_left(self.names, name, lo=self.pos)
+        if i < len(self.names) and self.names[i] == name:
+            del self.names[i]
         if len(self.heap) > 2 * len(self.pending) + 1024:  # drop forgotten entries
             self.heap = [(expiry, name) for name, expiry in self.pending.items()]
             heapq.heapify(self.heap)
@@ -203,8 +207,8 @@ class _Candidates:
     def due(self, store: Store) -> bool:
         """Whether to list again before the next claim (possibly to find nothing)."""
         exhausted = self.pos >= len(self.names)
-        if exhausted and self.young:
-            return True  # a second look makes fresh names candidates
+        if self.young and (exhausted or min(self.young) < self.names[self.pos]):
+            return True  # a second look makes fresh names candidates, in FIFO order
         age = time.monotonic() - self.listed_at
         if self.listed_count > THROTTLE_ABOVE and age < LISTING_BUDGET * self.listing_seconds:
             return False
@@ -369,8 +373,7 @@ class Queue:
                 )
                 try:
                     if self._publish(message_id, data, final):
-                        if delay_ms:
-                            self._note_invisible(final, visible_at)
+                        self._note_sent(final, visible_at if delay_ms else None)
                         return message_id
                 except FileExistsError:
                     pass  # an id collision: draw the next id
@@ -409,8 +412,7 @@ class Queue:
                     )
                     store.rename(names.new_name(message_id), final)
                     sent.append(message_id)
-                    if delay_ms:
-                        self._note_invisible(final, visible_at)
+                    self._note_sent(final, visible_at if delay_ms else None)
                 if self.durable and sent:
                     store.sync_names()
                 return sent
@@ -469,37 +471,54 @@ class Queue:
         store, c = self._store, self._candidates
         max_receives = self.config.max_receives
         out: list[Message] = []
+        # Names this call made invisible join the expiry heap only when it
+        # ends, so a short visibility timeout cannot bring a message back into
+        # the same batch.
+        claimed_ids: set[str] = set()
+        later: list[tuple[str, int]] = []
         relists = 0
-        while len(out) < max_messages:
-            with self._lock:
-                now = self._now_ms()
-                c.promote_due(now)
-                if c.due(store):
-                    if relists == 2:
+        try:
+            while len(out) < max_messages:
+                with self._lock:
+                    now = self._now_ms()
+                    c.promote_due(now)
+                    if c.due(store):
+                        if relists == 2:
+                            break
+                        self._relist(now)
+                        relists += 1
+                        continue
+                    if c.pos >= len(c.names):
                         break
-                    self._relist(now)
-                    relists += 1
+                    name = c.names[c.pos]
+                    c.pos += 1
+                    if name[: names.ID_LEN] in claimed_ids:
+                        parsed = names.parse(name)
+                        assert parsed is not None and parsed.expiry_ms is not None
+                        later.append((name, parsed.expiry_ms))
+                        continue
+                    claimed = self._claim(name, now, vt_ms)
+                if claimed is None:
                     continue
-                if c.pos >= len(c.names):
-                    break
-                name = c.names[c.pos]
-                c.pos += 1
-                claimed = self._claim(name, now, vt_ms)
-            if claimed is None:
-                continue
-            message_id, held, count = claimed
-            if max_receives is not None and count > max_receives:
-                self._dead_letter(message_id, held)
-                continue
-            try:
-                body = store.read(held)
-            except FileNotFoundError:
-                continue  # already expired and taken by another receiver
-            out.append(Message(self, message_id, body, held, count))
+                message_id, held, count, expiry = claimed
+                claimed_ids.add(message_id)
+                later.append((held, expiry))
+                if max_receives is not None and count > max_receives:
+                    self._dead_letter(message_id, held)
+                    continue
+                try:
+                    body = store.read(held)
+                except FileNotFoundError:
+                    continue  # already expired and taken by another receiver
+                out.append(Message(self, message_id, body, held, count))
+        finally:
+            with self._lock:
+                for name, expiry in later:
+                    c.add_invisible(name, expiry)
         return out
 
-    def _claim(self, name: str, now: int, vt_ms: int) -> tuple[str, str, int] | None:
-        """Rename a candidate to held; ``(id, held name, count)`` or ``None`` if lost.
+    def _claim(self, name: str, now: int, vt_ms: int) -> tuple[str, str, int, int] | None:
+        """Rename a candidate to held: ``(id, held name, count, expiry)``, ``None`` if lost.
 
         The caller holds the lock.
         """
@@ -528,8 +547,7 @@ class Queue:
             log.debug("%s: lost a claim race; skipping %d candidates", self.url, skip)
             return None
         c.losses = 0
-        c.add_invisible(held, expiry)
-        return message_id, held, count
+        return message_id, held, count, expiry
 
     def _relist(self, now_ms: int) -> None:
         """Refresh the candidates from one listing (caller holds the lock)."""
@@ -671,6 +689,20 @@ class Queue:
         with self._lock:
             self._candidates.add_invisible(name, expiry_ms)
 
+    def _note_sent(self, name: str, visible_at: int | None) -> None:
+        """Let this client's receives see its own sends in FIFO order at once.
+
+        A client that never received keeps nothing.
+        """
+        c = self._candidates
+        if c.token is None:
+            return
+        with self._lock:
+            if visible_at is None:
+                bisect.insort(c.names, name, lo=c.pos)
+            else:
+                c.add_invisible(name, visible_at)
+
     def delete(self, msg_or_receipt: Message | str) -> None:
         """Acknowledge a received message: remove it for good.
 
@@ -807,6 +839,8 @@ class Queue:
         Holders of purged messages get :class:`ReceiptExpired` on their receipts.
         """
         removed = 0
+        with self._lock:
+            self._candidates = _Candidates()  # everything it knew is going
         try:
             for name, parsed in list(self._parsed_listing()):
                 if parsed.state == names.NEW:

@@ -1,0 +1,218 @@
+"""A Hypothesis state machine that drives a queue and a plain model side by side.
+
+Random sends (with delays), receives, batch receives, deletes, extends and
+releases with receipts drawn from *every* receipt ever issued (so stale ones
+too), peeks, stats, purges and clock jumps, on a local directory and on a
+``MemoryStore``. After every step the store's names must be exactly the
+model's.
+
+The model's only shared knowledge with the library is the specification:
+time is whole ms, an expiry rounds the clock up, visibility rounds it down.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import tempfile
+from dataclasses import dataclass
+
+import hypothesis.strategies as st
+from hypothesis import settings
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+import vsqs
+from vsqs import _names as names
+
+from .conftest import FakeClock
+
+DURATIONS = st.sampled_from([0, 0.001, 0.25, 1, 2.5, 30])
+JUMPS = st.sampled_from([0.0005, 0.001, 0.2, 1, 2.5, 31])
+BODIES = st.binary(max_size=20)
+
+
+@dataclass
+class Model:
+    """One message as the specification says it should be."""
+
+    id: str
+    body: bytes
+    count: int = 0
+    visible_at: int | None = None  # ms; None: ready since it was sent
+
+    @property
+    def name(self) -> str:
+        if self.visible_at is None:
+            return self.id
+        return names.invisible_name(self.id, self.visible_at, self.count)
+
+
+class QueueMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = FakeClock(1_750_000_000.0)
+        self.store = self.make_store()
+        self.queue = vsqs.Queue(self.store, clock=self.clock, visibility_timeout=2.5)
+        self.messages: dict[str, Model] = {}
+        self.receipts: list[str] = []
+
+    def make_store(self) -> vsqs.Store:
+        raise NotImplementedError
+
+    def teardown(self) -> None:
+        self.queue.close()
+
+    # -- the specification's arithmetic ---------------------------------------
+    def now(self) -> int:
+        return int(self.clock() * 1000)
+
+    def expiry(self, seconds: float) -> int:
+        return math.ceil(self.clock() * 1000) + int(seconds * 1000)
+
+    def visible(self) -> list[Model]:
+        now = self.now()
+        ready = [m for m in self.messages.values() if m.visible_at is None or m.visible_at <= now]
+        return sorted(ready, key=lambda m: m.id)
+
+    def by_receipt(self, receipt: str) -> Model | None:
+        found = [m for m in self.messages.values() if m.name == receipt]
+        return found[0] if found else None
+
+    # -- rules ----------------------------------------------------------------
+    @rule(body=BODIES, delay=DURATIONS)
+    def send(self, body: bytes, delay: float) -> None:
+        visible_at = None if delay == 0 else self.expiry(delay)
+        message_id = self.queue.send(body, delay=delay)
+        assert all(message_id > other for other in self.messages)
+        self.messages[message_id] = Model(message_id, body, 0, visible_at)
+
+    @rule(bodies=st.lists(BODIES, max_size=4))
+    def send_batch(self, bodies: list[bytes]) -> None:
+        ids = self.queue.send_batch(bodies)
+        assert len(ids) == len(bodies) and ids == sorted(ids)
+        for message_id, body in zip(ids, bodies, strict=True):
+            self.messages[message_id] = Model(message_id, body)
+
+    def _received(self, got: list[vsqs.Message], expected: list[Model], vt: float) -> None:
+        assert [(m.id, m.body) for m in got] == [(m.id, m.body) for m in expected]
+        for msg, model in zip(got, expected, strict=True):
+            model.count += 1
+            model.visible_at = self.expiry(vt)
+            assert msg.receive_count == model.count
+            assert msg.receipt == model.name
+            self.receipts.append(msg.receipt)
+
+    @rule(vt=DURATIONS)
+    def receive(self, vt: float) -> None:
+        expected = self.visible()[:1]
+        got = self.queue.receive(visibility_timeout=vt)
+        self._received([] if got is None else [got], expected, vt)
+
+    @rule(n=st.integers(1, 4), vt=DURATIONS)
+    def receive_batch(self, n: int, vt: float) -> None:
+        expected = self.visible()[:n]
+        self._received(self.queue.receive_batch(n, visibility_timeout=vt), expected, vt)
+
+    def _moved(self, model: Model | None, new_expiry: int) -> None:
+        assert model is not None
+        model.visible_at = new_expiry + (new_expiry == model.visible_at)
+
+    @precondition(lambda self: self.receipts)
+    @rule(data=st.data())
+    def delete(self, data: st.DataObject) -> None:
+        receipt = data.draw(st.sampled_from(self.receipts))
+        model = self.by_receipt(receipt)
+        try:
+            self.queue.delete(receipt)
+        except vsqs.ReceiptExpired:
+            assert model is None
+        else:
+            assert model is not None
+            del self.messages[model.id]
+
+    @precondition(lambda self: self.receipts)
+    @rule(data=st.data(), vt=DURATIONS)
+    def extend(self, data: st.DataObject, vt: float) -> None:
+        receipt = data.draw(st.sampled_from(self.receipts))
+        model = self.by_receipt(receipt)
+        new_expiry = self.expiry(vt)
+        try:
+            msg = self.queue.extend(receipt, vt)
+        except vsqs.ReceiptExpired:
+            assert model is None
+            return
+        self._moved(model, new_expiry)
+        assert model is not None and msg.receipt == model.name and msg.body == model.body
+        self.receipts.append(msg.receipt)
+
+    @precondition(lambda self: self.receipts)
+    @rule(data=st.data(), delay=DURATIONS)
+    def release(self, data: st.DataObject, delay: float) -> None:
+        receipt = data.draw(st.sampled_from(self.receipts))
+        model = self.by_receipt(receipt)
+        new_expiry = self.expiry(delay)
+        try:
+            self.queue.release(receipt, delay=delay)
+        except vsqs.ReceiptExpired:
+            assert model is None
+            return
+        self._moved(model, new_expiry)
+
+    @rule(seconds=JUMPS)
+    def advance_clock(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+    @rule(n=st.integers(1, 5))
+    def peek(self, n: int) -> None:
+        expected = self.visible()[:n]
+        got = self.queue.peek(n)
+        assert [(m.id, m.body, m.receive_count) for m in got] == [
+            (m.id, m.body, m.count) for m in expected
+        ]
+
+    @rule()
+    def stats(self) -> None:
+        now = self.now()
+        stats = self.queue.stats()
+        hidden = [m for m in self.messages.values() if m not in self.visible()]
+        assert stats.ready == len(self.visible())
+        assert stats.in_flight == sum(1 for m in hidden if m.count > 0)
+        assert stats.delayed == sum(1 for m in hidden if m.count == 0)
+        assert stats.writing == 0
+        if hidden:
+            assert stats.next_visible_in is not None
+            assert round(stats.next_visible_in * 1000) == min(m.visible_at for m in hidden) - now  # type: ignore[type-var, operator]
+
+    @precondition(lambda self: len(self.messages) < 3)
+    @rule()
+    def purge(self) -> None:
+        assert self.queue.purge() == len(self.messages)
+        self.messages.clear()
+
+    @invariant()
+    def storage_matches_the_model(self) -> None:
+        on_storage = sorted(n for n in self.store.list() if n != names.CONFIG_NAME)
+        assert on_storage == sorted(m.name for m in self.messages.values())
+
+
+class MemoryQueueMachine(QueueMachine):
+    def make_store(self) -> vsqs.Store:
+        return vsqs.MemoryStore("q")
+
+
+class LocalQueueMachine(QueueMachine):
+    def make_store(self) -> vsqs.Store:
+        self.tmp = tempfile.mkdtemp(prefix="vsqs-model-")
+        return vsqs.LocalStore(f"{self.tmp}/q")
+
+    def teardown(self) -> None:
+        super().teardown()
+        self.store.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+SETTINGS = settings(max_examples=150, stateful_step_count=40, deadline=None)
+TestMemoryQueue = MemoryQueueMachine.TestCase
+TestMemoryQueue.settings = SETTINGS
+TestLocalQueue = LocalQueueMachine.TestCase
+TestLocalQueue.settings = SETTINGS
