@@ -70,6 +70,14 @@ def parse(name: str) -> Name | None:
     return Name(m.group(1), INVISIBLE, int(m.group(2)), int(m.group(3)))
 
 
+def is_receipt(name: object) -> bool:
+    """Fast check: an invisible name received at least once."""
+    if not isinstance(name, str):
+        return False
+    m = _INVISIBLE_RE.fullmatch(name)
+    return m is not None and m.group(3) != "0"
+
+
 def is_id(name: str) -> bool:
     return _ID_RE.fullmatch(name) is not None
 

@@ -44,10 +44,11 @@ STALE_AFTER = 1.0
 #: 1/LISTING_BUDGET of a receiver's time; smaller ones are never throttled.
 LISTING_BUDGET = 20
 THROTTLE_ABOVE = 1000
-#: A fresh ready name becomes a candidate once it is older than this, or once
-#: a second listing has seen it: a listing racing with a producer may show the
-#: producer's newer message but not its older one (docs/format.md, "FIFO").
-YOUNG_MS = 1000
+#: A ready name issued less than this before a listing started becomes a
+#: candidate only once a second listing has seen it: a listing racing with a
+#: producer may show the producer's newer message but not its older one
+#: (docs/format.md, "FIFO"). It covers clock skew between hosts sharing a disk.
+YOUNG_MS = 50
 #: A ``.new`` leftover older than this (by its id) is a crashed writer's.
 DEFAULT_NEW_GRACE = 3600.0
 #: How long a redrive or dead-letter move holds a message while moving it.
@@ -184,7 +185,8 @@ class _Candidates:
 
     def forget(self, name: str) -> None:
         """This client renamed or deleted ``name``: it is no candidate any more."""
-        self.pending.pop(name, None)
+        if self.pending.pop(name, None) is not None:
+            return  # still invisible, so not among the candidates
         i = bisect.bisect_left(self.names, name, lo=self.pos)
         if i < len(self.names) and self.names[i] == name:
             del self.names[i]
@@ -580,7 +582,13 @@ class Queue:
                 else:
                     pending[name] = parsed.expiry_ms
         visible.sort()
-        c.names, c.pos, c.token, c.young, c.losses = visible, 0, token, set(young), 0
+        # A consumer that has been losing races starts at a random offset, so
+        # consumers sharing a queue spread over its head; one that has not
+        # (a lone consumer) starts at the oldest name: strict FIFO.
+        spread = min(len(visible), 1 << min(c.losses, 6))
+        start = random.randrange(spread) if c.losses and visible else 0
+        c.names, c.pos, c.token, c.young = visible, start, token, set(young)
+        c.losses = c.losses // 2
         c.pending = pending
         c.heap = [(expiry, name) for name, expiry in pending.items()]
         heapq.heapify(c.heap)
@@ -652,12 +660,15 @@ class Queue:
             _storage_error(exc, f"moving {message_id} into {self.url}")
 
     # ------------------------------------------------------- by receipt
+    def _check_own(self, message: Message) -> None:
+        if message._queue is not self and message._queue.url != self.url:
+            raise InvalidArgument("that message belongs to another queue")
+        if message.receipt is None:
+            raise InvalidArgument("a peeked message has no receipt")
+
     def _held(self, msg_or_receipt: Message | str) -> tuple[names.Name, Message | None]:
         if isinstance(msg_or_receipt, Message):
-            if msg_or_receipt._queue is not self and msg_or_receipt._queue.url != self.url:
-                raise InvalidArgument("that message belongs to another queue")
-            if msg_or_receipt.receipt is None:
-                raise InvalidArgument("a peeked message has no receipt")
+            self._check_own(msg_or_receipt)
             return names.parse_receipt(msg_or_receipt.receipt), msg_or_receipt
         return names.parse_receipt(msg_or_receipt), None
 
@@ -710,10 +721,16 @@ class Queue:
         no longer current: the message was deleted, or was received again by
         someone else after its visibility timeout.
         """
-        _, message = self._held(msg_or_receipt)
+        message = msg_or_receipt if isinstance(msg_or_receipt, Message) else None
+        if message is not None:
+            self._check_own(message)
+        elif not names.is_receipt(msg_or_receipt):
+            names.parse_receipt(msg_or_receipt)  # raises InvalidReceipt with the reason
         with self._locked(message):
             receipt = message.receipt if message is not None else msg_or_receipt
             assert isinstance(receipt, str)
+            if message is not None and not names.is_receipt(receipt):
+                names.parse_receipt(receipt)
             try:
                 self._store.delete(receipt)
             except FileNotFoundError:

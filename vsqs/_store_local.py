@@ -42,9 +42,11 @@ _O_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 #: process would give any file, and never executable.
 FILE_MODE = 0o666
 _READ_CHUNK = 1 << 16
-#: A directory mtime this close to "now" may hide a change within the same
-#: filesystem clock tick, so it counts as changed.
-_RECENT_NS = 50_000_000
+#: The filesystem stamps a directory's mtime from a coarse clock (one tick,
+#: up to 10 ms): two changes within one tick leave the same mtime. A token
+#: taken within this window of its mtime is ambiguous, and earns one more
+#: look once the window has passed.
+_TICK_NS = 20_000_000
 
 
 class LocalStore(Store):
@@ -154,11 +156,15 @@ class LocalStore(Store):
 
     # -- change notification --------------------------------------------
     def change_token(self) -> Hashable:
-        return os.stat(self.fd).st_mtime_ns
+        return os.stat(self.fd).st_mtime_ns, time.time_ns()
 
     def changed_since(self, token: Hashable) -> bool:
-        st = os.stat(self.fd)
-        return st.st_mtime_ns != token or time.time_ns() - st.st_mtime_ns < _RECENT_NS
+        assert isinstance(token, tuple)
+        mtime, taken = token
+        if os.stat(self.fd).st_mtime_ns != mtime:
+            return True
+        # Same mtime: a change in the same clock tick as the token would not show.
+        return bool(taken - mtime < _TICK_NS <= time.time_ns() - mtime)
 
 
 def _unlink_quietly(name: str, dir_fd: int) -> None:
