@@ -185,11 +185,10 @@ class _Candidates:
 
     def forget(self, name: str) -> None:
         """This client renamed or deleted ``name``: it is no candidate any more."""
-        if self.pending.pop(name, None) is not None:
-            return  # still invisible, so not among the candidates
-        i = bisect.bisect_left(self.names, name, lo=self.pos)
-        if i < len(self.names) and self.names[i] == name:
-            del self.names[i]
+        if self.pending.pop(name, None) is None:  # not invisible: maybe a candidate
+            i = bisect.bisect_left(self.names, name, lo=self.pos)
+            if i < len(self.names) and self.names[i] == name:
+                del self.names[i]
         if len(self.heap) > 2 * len(self.pending) + 1024:  # drop forgotten entries
             self.heap = [(expiry, name) for name, expiry in self.pending.items()]
             heapq.heapify(self.heap)
