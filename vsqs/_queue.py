@@ -161,6 +161,7 @@ class _Candidates:
         "listing_seconds",
         "losses",
         "names",
+        "oldest_young",
         "pending",
         "pos",
         "token",
@@ -177,6 +178,7 @@ class _Candidates:
         self.listing_seconds = 0.0
         self.listed_count = 0
         self.young: set[str] = set()
+        self.oldest_young: str | None = None
         self.losses = 0  # consecutive renames lost to other consumers
 
     def add_invisible(self, name: str, expiry_ms: int) -> None:
@@ -208,7 +210,8 @@ class _Candidates:
     def due(self, store: Store) -> bool:
         """Whether to list again before the next claim (possibly to find nothing)."""
         exhausted = self.pos >= len(self.names)
-        if self.young and (exhausted or min(self.young) < self.names[self.pos]):
+        oldest_young = self.oldest_young
+        if oldest_young is not None and (exhausted or oldest_young < self.names[self.pos]):
             return True  # a second look makes fresh names candidates, in FIFO order
         age = time.monotonic() - self.listed_at
         if self.listed_count > THROTTLE_ABOVE and age < LISTING_BUDGET * self.listing_seconds:
@@ -587,6 +590,7 @@ class Queue:
         spread = min(len(visible), 1 << min(c.losses, 6))
         start = random.randrange(spread) if c.losses and visible else 0
         c.names, c.pos, c.token, c.young = visible, start, token, set(young)
+        c.oldest_young = min(young) if young else None
         c.losses = c.losses // 2
         c.pending = pending
         c.heap = [(expiry, name) for name, expiry in pending.items()]
