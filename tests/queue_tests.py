@@ -463,6 +463,20 @@ class QueueTests:
                 operation(receipt)
         assert listing(store) == before
 
+    @pytest.mark.parametrize("tampered", ["../x", "/etc/passwd", "vsqs.json", 7])
+    def test_a_tampered_message_receipt_is_refused(
+        self, q: vsqs.Queue, store: vsqs.Store, tampered: object
+    ) -> None:
+        q.send(b"x")
+        msg = q.receive()
+        assert msg is not None
+        before = listing(store)
+        msg.receipt = tampered  # type: ignore[assignment]
+        for operation in (msg.delete, lambda: msg.extend(5), msg.release):
+            with pytest.raises(vsqs.InvalidReceipt):
+                operation()
+        assert listing(store) == before
+
     @pytest.mark.parametrize("body", [None, 1, 1.5, ["a"], {"a": 1}, object()])
     def test_non_bytes_bodies_are_refused(
         self, q: vsqs.Queue, store: vsqs.Store, body: object

@@ -83,7 +83,7 @@ class Message:
     changes on :meth:`extend`. Peeked messages have no receipt.
     """
 
-    __slots__ = ("_done", "_lock", "_queue", "body", "id", "receipt", "receive_count")
+    __slots__ = ("_done", "_issued", "_lock", "_queue", "body", "id", "receipt", "receive_count")
 
     def __init__(
         self, queue: Queue, message_id: str, body: bytes, receipt: str | None, receive_count: int
@@ -91,7 +91,7 @@ class Message:
         self._queue = queue
         self.id = message_id
         self.body = body
-        self.receipt = receipt
+        self.receipt = self._issued = receipt  # _issued: the name vsqs gave it, known valid
         self.receive_count = receive_count
         self._lock = threading.Lock()
         self._done = False
@@ -731,9 +731,9 @@ class Queue:
             names.parse_receipt(msg_or_receipt)  # raises InvalidReceipt with the reason
         with self._locked(message):
             receipt = message.receipt if message is not None else msg_or_receipt
+            if message is not None and receipt is not message._issued:
+                names.parse_receipt(receipt)  # changed by the caller: untrusted again
             assert isinstance(receipt, str)
-            if message is not None and not names.is_receipt(receipt):
-                names.parse_receipt(receipt)
             try:
                 self._store.delete(receipt)
             except FileNotFoundError:
@@ -758,7 +758,7 @@ class Queue:
                 parsed = names.parse_receipt(message.receipt)
             new = self._move_held(parsed, self._expiry_ms(vt_ms), "extend")
             if message is not None:
-                message.receipt = new
+                message.receipt = message._issued = new
                 return message
         try:
             body = self._store.read(new)
