@@ -96,10 +96,6 @@ def parse_receipt(receipt: object) -> Name:
     return parsed
 
 
-def ready_name(message_id: str) -> str:
-    return message_id
-
-
 def new_name(message_id: str) -> str:
     return message_id + NEW_SUFFIX
 
