@@ -29,9 +29,10 @@ class QueueTests:
     def store(self) -> vsqs.Store:
         raise NotImplementedError("a backend's test class provides the store fixture")
 
-    @pytest.fixture
-    def q(self, store: vsqs.Store, clock: FakeClock) -> vsqs.Queue:
-        with vsqs.Queue(store, clock=clock, visibility_timeout=30) as queue:
+    @pytest.fixture(params=[True, False], ids=["durable", "not-durable"])
+    def q(self, store: vsqs.Store, clock: FakeClock, request: pytest.FixtureRequest) -> vsqs.Queue:
+        """A queue on a fake clock; sends durable or not (local stores publish differently)."""
+        with vsqs.Queue(store, clock=clock, visibility_timeout=30, durable=request.param) as queue:
             yield queue
 
     @pytest.fixture

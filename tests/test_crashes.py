@@ -74,9 +74,13 @@ class CrashingStore(vsqs.Store):
     def read(self, name: str) -> bytes:
         return self._call("read", name)  # type: ignore[no-any-return]
 
+    def creates_atomically(self, fsync: bool) -> bool:
+        return self.inner.creates_atomically(fsync)
+
     def write_new(self, name: str, data: bytes, *, fsync: bool) -> None:
         if self._step():
-            self.inner.write_new(name, data[: len(data) // 2], fsync=False)  # torn write
+            if not self.inner.creates_atomically(fsync):  # an atomic create leaves nothing
+                self.inner.write_new(name, data[: len(data) // 2], fsync=False)  # torn write
             raise Crash(f"crashed while writing {name}")
         self.inner.write_new(name, data, fsync=fsync)
 
@@ -94,6 +98,9 @@ class CrashingStore(vsqs.Store):
 
     def change_token(self) -> Hashable:
         return self.inner.change_token()
+
+    def changes(self, name_length: int) -> list[tuple[str, bool]] | None:
+        return self.inner.changes(name_length)
 
     def wait_for_change(self, token: Hashable, timeout: float) -> bool:
         return self.inner.wait_for_change(token, timeout)
@@ -218,17 +225,18 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
-@pytest.fixture(params=["memory", "local"])
-def inner_store(request: pytest.FixtureRequest, tmp_path: Path) -> vsqs.Store:
+@pytest.fixture(params=["memory", "local", "local-not-durable"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[vsqs.Store, bool]:
+    """A store and whether the crashing client sends durably (local stages only then)."""
     if request.param == "memory":
-        return vsqs.MemoryStore("q")
-    return vsqs.LocalStore(str(tmp_path / "q"))
+        return vsqs.MemoryStore("q"), True
+    return vsqs.LocalStore(str(tmp_path / "q")), request.param == "local"
 
 
 def open_pair(
-    store: vsqs.Store, crashing: CrashingStore, clock: FakeClock
+    store: vsqs.Store, crashing: CrashingStore, clock: FakeClock, durable: bool
 ) -> tuple[vsqs.Queue, vsqs.Queue]:
-    config = {"clock": clock, "max_receives": 1, "dead_letter": "dlq"}
+    config = {"clock": clock, "max_receives": 1, "dead_letter": "dlq", "durable": durable}
     vsqs.Queue(store.sibling("dlq")).close()  # exists before counting calls
     return vsqs.Queue(store, **config), vsqs.Queue(crashing, **config)  # type: ignore[arg-type]
 
@@ -253,12 +261,13 @@ def recover_and_check(store: vsqs.Store, clock: FakeClock, expect: Expect) -> No
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=str)
 def test_a_crash_before_any_storage_call_loses_nothing(
-    inner_store: vsqs.Store, scenario: str
+    backend: tuple[vsqs.Store, bool], scenario: str
 ) -> None:
+    inner_store, durable = backend
     run = SCENARIOS[scenario]
     probe = CrashingStore(inner_store, None)
     clock = FakeClock(time.time())
-    healthy, crashing = open_pair(inner_store, probe, clock)
+    healthy, crashing = open_pair(inner_store, probe, clock, durable)
     probe.calls = 0
     run(healthy, crashing, Expect())
     total = probe.calls
@@ -267,7 +276,7 @@ def test_a_crash_before_any_storage_call_loses_nothing(
     for crash_at in range(1, total + 1):
         clock = FakeClock(time.time())  # redrive runs on the real clock
         crashing_store = CrashingStore(inner_store, None)
-        healthy, crashing = open_pair(inner_store, crashing_store, clock)
+        healthy, crashing = open_pair(inner_store, crashing_store, clock, durable)
         crashing_store.crash_at = crash_at
         crashing_store.calls = 0
         expect = Expect()

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -116,3 +117,79 @@ def test_message_files_do_not_widen_permissions(tmp_path: Path) -> None:
             assert name.stat().st_mode & 0o777 == 0o640
     finally:
         os.umask(old)
+
+
+class TestLocalStoreWithoutNotifications(QueueTests):
+    """The same contract where receivers must list to see arrivals (as on shared disks)."""
+
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> vsqs.Store:
+        return vsqs.LocalStore(str(tmp_path / "q"), notifications=False)
+
+
+class CountingStore(vsqs.LocalStore):
+    """A real local store that counts its listings and can drop its feed's events."""
+
+    def __init__(self, path: str, **kwargs: bool) -> None:
+        super().__init__(path, **kwargs)
+        self.listings = 0
+        self.lose_events = False
+
+    def list(self) -> Iterator[str]:
+        self.listings += 1
+        return super().list()
+
+    def changes(self, name_length: int) -> list[tuple[str, bool]] | None:
+        changed = super().changes(name_length)
+        return None if self.lose_events and changed else changed
+
+
+def test_a_receiver_learns_new_messages_from_the_feed_without_listing(tmp_path: Path) -> None:
+    store = CountingStore(str(tmp_path / "q"))
+    with vsqs.Queue(store, durable=False) as consumer, vsqs.Queue(store.path) as producer:
+        assert consumer.receive() is None  # the first listing starts the feed
+        before = store.listings
+        for i in range(100):
+            producer.send(str(i))
+            msg = consumer.receive()
+            assert msg is not None and msg.body == str(i).encode()
+            msg.delete()
+        assert store.listings - before <= 1  # at most the once-a-second refresh
+
+
+def test_without_notifications_a_receiver_lists_to_see_new_messages(tmp_path: Path) -> None:
+    store = CountingStore(str(tmp_path / "q"), notifications=False)
+    with vsqs.Queue(store) as consumer, vsqs.Queue(store.path) as producer:
+        assert consumer.receive() is None
+        before = store.listings
+        producer.send(b"x")
+        assert consumer.receive(wait=5) is not None
+        assert store.listings > before
+
+
+def test_lost_feed_events_make_the_receiver_list(tmp_path: Path) -> None:
+    store = CountingStore(str(tmp_path / "q"))
+    with vsqs.Queue(store) as consumer, vsqs.Queue(store.path) as producer:
+        assert consumer.receive() is None
+        store.lose_events = True
+        sent = producer.send_batch([b"a", b"b"])
+        before = store.listings
+        got = consumer.receive_batch(2, wait=5)
+        assert [m.id for m in got] == sent and store.listings > before
+
+
+def test_a_feed_overflow_loses_no_message_and_keeps_fifo(tmp_path: Path) -> None:
+    """More arrivals than the kernel queues for a feed (``max_queued_events``)."""
+    limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+    if limit > 50_000:
+        pytest.skip(f"max_queued_events is {limit}: too slow to overflow here")
+    with vsqs.Queue(tmp_path / "q", durable=False) as consumer:
+        assert consumer.receive() is None  # the feed is watching from here on
+        with vsqs.Queue(tmp_path / "q", durable=False) as producer:
+            sent = [producer.send(b"") for _ in range(limit + 100)]
+        got = []
+        while batch := consumer.receive_batch(1000):
+            got.extend(m.id for m in batch)
+            for m in batch:
+                m.delete()
+    assert got == sent

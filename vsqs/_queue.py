@@ -49,6 +49,12 @@ THROTTLE_ABOVE = 1000
 #: producer may show the producer's newer message but not its older one
 #: (docs/format.md, "FIFO"). It covers clock skew between hosts sharing a disk.
 YOUNG_MS = 50
+#: A receiver that lost every race of a receive sleeps up to this (seconds)
+#: before looking again; one woken by changes that brought it nothing, at
+#: most this long before waiting again.
+BACKOFF = 0.001
+#: A receiver with an arrival feed reads it at least every FEED_EVERY claims.
+FEED_EVERY = 64
 #: A ``.new`` leftover older than this (by its id) is a crashed writer's.
 DEFAULT_NEW_GRACE = 3600.0
 #: How long a redrive or dead-letter move holds a message while moving it.
@@ -151,10 +157,14 @@ class _Candidates:
     invisible names this client knows of (from the listing, or its own claims,
     extends, releases and delayed sends) to their expiry, with ``heap`` in
     expiry order, so that they become candidates in FIFO position the moment
-    they are due, without a listing.
+    they are due, without a listing. ``fed``: the store's arrival feed has
+    reported every name that appeared since the last listing, so the
+    candidates are the whole queue without listing again.
     """
 
     __slots__ = (
+        "fed",
+        "gone",
         "heap",
         "listed_at",
         "listed_count",
@@ -164,6 +174,8 @@ class _Candidates:
         "oldest_young",
         "pending",
         "pos",
+        "since_feed",
+        "skipped",
         "token",
         "young",
     )
@@ -180,6 +192,10 @@ class _Candidates:
         self.young: set[str] = set()
         self.oldest_young: str | None = None
         self.losses = 0  # consecutive renames lost to other consumers
+        self.fed = False
+        self.skipped: list[str] = []  # fed: names skipped after lost races, to retry
+        self.gone: set[str] = set()  # fed: ready names the feed saw leave
+        self.since_feed = 0  # claims since the feed was last read
 
     def add_invisible(self, name: str, expiry_ms: int) -> None:
         self.pending[name] = expiry_ms
@@ -195,14 +211,75 @@ class _Candidates:
             self.heap = [(expiry, name) for name, expiry in self.pending.items()]
             heapq.heapify(self.heap)
 
-    def promote_due(self, now_ms: int) -> None:
-        """Move known invisible names whose expiry has passed into the candidates."""
+    def add_changes(self, changes: list[tuple[str, bool]]) -> None:
+        """Apply what the store's feed reported of ready names: arrivals become
+        candidates, departures (taken by someone) are passed over unclaimed.
+
+        Invisible names (claims, extends, releases, delayed sends) are left to
+        the next listing, as expiries are: this client's own are pending
+        already, and a feed read late would report names long renamed again.
+        """
+        for name, appeared in changes:
+            if not appeared:
+                # Only a name still ahead (or skipped) can be tried again; this
+                # client's own claims are behind it.
+                i = bisect.bisect_left(self.names, name, lo=self.pos)
+                if self.skipped or (i < len(self.names) and self.names[i] == name):
+                    self.gone.add(name)
+            elif names.is_id(name):
+                self.gone.discard(name)
+                i = bisect.bisect_left(self.names, name, lo=self.pos)
+                if i == len(self.names) or self.names[i] != name:
+                    self.names.insert(i, name)
+
+    def promote_due(self, now_ms: int) -> bool:
+        """Move known invisible names whose expiry has passed into the candidates.
+
+        Returns whether any moved.
+        """
         heap, pending = self.heap, self.pending
+        promoted = False
         while heap and heap[0][0] <= now_ms:
             expiry, name = heapq.heappop(heap)
             if pending.get(name) == expiry:
                 del pending[name]
                 bisect.insort(self.names, name, lo=self.pos)
+                promoted = True
+        return promoted
+
+    def skip(self, count: int) -> None:
+        """Pass over ``count`` candidates; with a feed, keep them to retry when the rest run out."""
+        end = min(len(self.names), self.pos + count)
+        if self.fed:
+            self.skipped.extend(self.names[self.pos : end])
+        self.pos = end
+
+    def retry_skipped(self) -> None:
+        """Make the skipped names candidates again once the others ran out (fed only)."""
+        if self.pos >= len(self.names) and self.skipped:
+            gone = self.gone
+            self.names[self.pos :] = [n for n in self.skipped if n not in gone]  # ascending
+            self.skipped = []
+
+    def feed_due(self, promoted: bool) -> bool:
+        """Whether to read the feed before the next claim.
+
+        New ready names are newer than the candidates, bar a slow producer's
+        or a skewed clock's: read when the candidates run out, when older
+        names were promoted (own sends must not be overtaken), and every
+        ``FEED_EVERY`` claims, which also keeps the kernel's event queue short
+        (this client's own claims are events too).
+        """
+        self.since_feed += 1
+        if (
+            promoted
+            or self.losses  # contended: others' claims tell which names are gone
+            or self.since_feed >= FEED_EVERY
+            or self.pos >= len(self.names)
+        ):
+            self.since_feed = 0
+            return True
+        return False
 
     def next_expiry_ms(self) -> int | None:
         return self.heap[0][0] if self.heap else None
@@ -218,6 +295,8 @@ class _Candidates:
             return False
         if age >= STALE_AFTER:
             return True
+        if self.fed:
+            return False  # the feed told of every new name
         return exhausted and (self.token is None or store.changed_since(self.token))
 
 
@@ -343,6 +422,12 @@ class Queue:
         a message this client holds, whose earlier attempt may have crashed.
         """
         store, tmp = self._store, names.new_name(message_id)
+        if store.creates_atomically(self.durable):
+            try:
+                store.write_new(final, data, fsync=self.durable)
+            except FileExistsError:
+                return False
+            return True
         try:
             store.write_new(tmp, data, fsync=self.durable)
         except FileExistsError:
@@ -366,23 +451,30 @@ class Queue:
         never before it is complete. With ``durable=True`` (the default) it
         survives a power cut on a durable store.
         """
-        data = _as_bytes(body)
-        delay_ms = int(seconds(delay, "delay") * 1000)
+        return self._send_each([_as_bytes(body)], int(seconds(delay, "delay") * 1000))[0]
+
+    def _send_each(self, datas: list[bytes], delay_ms: int) -> list[str]:
+        """Publish each message on its own; the ids, in order."""
+        sent: list[str] = []
         try:
-            while True:
-                message_id = self._ids.next_id(self._now_ms())
-                visible_at = self._expiry_ms(delay_ms)
-                final = (
-                    message_id if delay_ms == 0 else names.invisible_name(message_id, visible_at, 0)
-                )
-                try:
-                    if self._publish(message_id, data, final):
-                        self._note_sent(final, visible_at if delay_ms else None)
-                        return message_id
-                except FileExistsError:
-                    pass  # an id collision: draw the next id
+            for data in datas:
+                sent.append(self._send_one(data, delay_ms))
+            return sent
         except OSError as exc:
-            _storage_error(exc, f"sending to {self.url}")
+            done = f" ({len(sent)} of {len(datas)} sent)" if len(datas) > 1 else ""
+            _storage_error(exc, f"sending to {self.url}{done}")
+
+    def _send_one(self, data: bytes, delay_ms: int) -> str:
+        while True:
+            message_id = self._ids.next_id(self._now_ms())
+            visible_at = self._expiry_ms(delay_ms)
+            final = message_id if delay_ms == 0 else names.invisible_name(message_id, visible_at, 0)
+            try:
+                if self._publish(message_id, data, final):
+                    self._note_sent(final, visible_at if delay_ms else None)
+                    return message_id
+            except FileExistsError:
+                pass  # an id collision: draw the next id
 
     def send_batch(self, bodies: Iterable[Body], *, delay: float = 0) -> list[str]:
         """Send several messages; return their ids in order.
@@ -394,6 +486,8 @@ class Queue:
         datas = [_as_bytes(body) for body in bodies]
         delay_ms = int(seconds(delay, "delay") * 1000)
         store, sent, written = self._store, [], []
+        if store.creates_atomically(self.durable):
+            return self._send_each(datas, delay_ms)
         try:
             try:
                 for data in datas:
@@ -453,13 +547,26 @@ class Queue:
             raise InvalidArgument(f"max_messages must be a positive int, not {max_messages!r}")
         vt_ms = self._vt_ms(visibility_timeout)
         deadline = time.monotonic() + seconds(wait, "wait")
+        idle_wakes = 0
         try:
             while True:
                 got = self._claim_available(max_messages, vt_ms)
                 remaining = deadline - time.monotonic()
                 if got or remaining <= 0:
                     return got
-                self._wait(remaining)
+                if self._candidates.losses:
+                    # Lost every race: let the winners have this arrival and
+                    # come back when more have arrived, instead of waking with
+                    # every consumer at each one.
+                    time.sleep(min(remaining, random.uniform(0, BACKOFF)))
+                    continue
+                if idle_wakes:
+                    # Woken by changes that brought nothing (other consumers'
+                    # claims): look less often, up to every BACKOFF seconds,
+                    # or idle consumers starve the busy ones of CPU.
+                    time.sleep(min(remaining, BACKOFF * min(idle_wakes, 8) / 8))
+                self._wait(deadline - time.monotonic())
+                idle_wakes += 1
         except OSError as exc:
             _storage_error(exc, f"receiving from {self.url}")
 
@@ -485,7 +592,14 @@ class Queue:
             while len(out) < max_messages:
                 with self._lock:
                     now = self._now_ms()
-                    c.promote_due(now)
+                    promoted = c.promote_due(now)
+                    if c.fed and c.feed_due(promoted):
+                        changes = store.changes(names.ID_LEN)
+                        if changes is None:
+                            c.fed, c.listed_at = False, -math.inf  # events were lost: list
+                        else:
+                            c.add_changes(changes)
+                        c.retry_skipped()
                     if c.due(store):
                         if relists == 2:
                             break
@@ -496,10 +610,12 @@ class Queue:
                         break
                     name = c.names[c.pos]
                     c.pos += 1
-                    if name[: names.ID_LEN] in claimed_ids:
+                    if name in c.gone:
+                        continue  # the feed saw another client take it
+                    if name[: names.ID_LEN] in claimed_ids:  # not again in this batch
                         parsed = names.parse(name)
-                        assert parsed is not None and parsed.expiry_ms is not None
-                        later.append((name, parsed.expiry_ms))
+                        if parsed is not None and parsed.expiry_ms is not None:
+                            later.append((name, parsed.expiry_ms))
                         continue
                     claimed = self._claim(name, now, vt_ms)
                 if claimed is None:
@@ -541,24 +657,32 @@ class Queue:
         try:
             self._store.rename(name, held)
         except (FileNotFoundError, FileExistsError):
-            # Another consumer took it. Skip ahead a random, growing distance:
-            # consumers sharing one listing would otherwise all fight for the
-            # same head message. A lone consumer never loses and stays FIFO;
-            # skipped names come back at the next listing if nobody took them.
+            # Another consumer took it. After the second loss in a row, skip
+            # ahead a random, growing distance: consumers sharing one view
+            # would otherwise all fight for the same head message. A lone
+            # consumer (whose only losses are its own stale names) stays FIFO;
+            # skipped names come back when the others ran out (with a feed)
+            # or at the next listing, if nobody took them.
             c.losses += 1
-            skip = random.randrange(min(1 << c.losses, 64))
-            c.pos = min(len(c.names), c.pos + skip)
+            skip = random.randrange(min(1 << (c.losses - 1), 64))
+            c.skip(skip)
             log.debug("%s: lost a claim race; skipping %d candidates", self.url, skip)
             return None
         c.losses = 0
+        c.pending.pop(name, None)  # a due name the feed reported before its expiry popped
         return message_id, held, count, expiry
 
     def _relist(self, now_ms: int) -> None:
         """Refresh the candidates from one listing (caller holds the lock)."""
         c, store = self._candidates, self._store
         started = time.monotonic()
+        # Drain (or start) the arrival feed first: with one, every name that
+        # appears during or after this listing is reported, so no name needs
+        # a second look.
+        fed = store.changes(names.ID_LEN) is not None
         token = store.change_token()
-        young_before = f"{now_ms - YOUNG_MS:013d}"
+        # "~" sorts after every id: with a feed, no name is young.
+        young_before = "~" if fed else f"{now_ms - YOUNG_MS:013d}"
         stale_new_before = f"{now_ms - self._new_grace_ms:013d}"
         visible: list[str] = []
         young: list[str] = []
@@ -584,17 +708,26 @@ class Queue:
                 else:
                     pending[name] = parsed.expiry_ms
         visible.sort()
+        c.pending = pending
+        c.heap = [(expiry, name) for name, expiry in pending.items()]
+        heapq.heapify(c.heap)
+        c.gone = set()
+        if fed:  # names that changed while listing: some are listed too
+            during = store.changes(names.ID_LEN)
+            if during is None:
+                fed = False
+            else:
+                c.names, c.pos = visible, 0
+                c.add_changes(during)
         # A consumer that has been losing races starts at a random offset, so
         # consumers sharing a queue spread over its head; one that has not
         # (a lone consumer) starts at the oldest name: strict FIFO.
         spread = min(len(visible), 1 << min(c.losses, 6))
         start = random.randrange(spread) if c.losses and visible else 0
-        c.names, c.pos, c.token, c.young = visible, start, token, set(young)
+        c.names, c.pos, c.token, c.young, c.fed = visible, start, token, set(young), fed
+        c.skipped = []
         c.oldest_young = min(young) if young else None
         c.losses = c.losses // 2
-        c.pending = pending
-        c.heap = [(expiry, name) for name, expiry in pending.items()]
-        heapq.heapify(c.heap)
         c.listed_at = time.monotonic()
         c.listing_seconds = c.listed_at - started
         c.listed_count = listed
@@ -713,6 +846,8 @@ class Queue:
             return
         with self._lock:
             if visible_at is None:
+                if c.fed:
+                    return  # the feed reports it
                 bisect.insort(c.names, name, lo=c.pos)
             else:
                 c.add_invisible(name, visible_at)

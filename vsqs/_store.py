@@ -12,6 +12,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Hashable, Iterable
 from typing import ClassVar
 
+#: Name changes (``list`` is a method name inside :class:`Store`).
+Changes = list[tuple[str, bool]]
+
 
 class Store(ABC):
     """One queue's namespace. Names are single components chosen by vsqs.
@@ -80,6 +83,15 @@ class Store(ABC):
     def delete(self, name: str) -> None:
         """Remove ``name``; ``FileNotFoundError`` if it is gone."""
 
+    def creates_atomically(self, fsync: bool) -> bool:
+        """Whether ``write_new(name, data, fsync=fsync)`` shows readers all or nothing.
+
+        When it does (and, with ``fsync``, has also made the name durable), the
+        queue publishes a message by creating its final name directly, without
+        the format's ``<id>.new`` stage and rename.
+        """
+        return False
+
     def sync_files(self, names: Iterable[str]) -> None:  # noqa: B027 - optional hook
         """Make the content of the given new objects durable (one flush where possible)."""
 
@@ -98,8 +110,23 @@ class Store(ABC):
         """
         return bool(self.change_token() != token)
 
+    def changes(self, name_length: int) -> Changes | None:
+        """``(name, appeared)`` for every name of ``name_length`` characters that
+        appeared in (created, renamed into) or was renamed away from the
+        namespace since the previous call, in the order it happened.
+        Deletions need not be reported.
+
+        The first call starts the feed and returns ``[]``. ``None`` means the
+        store cannot tell (no feed, or the feed lost events): list instead. A
+        store that returns lists here reports every change by any client, so
+        that a listing taken after one call, updated with the changes of later
+        calls, is the namespace.
+        """
+        return None
+
     def wait_for_change(self, token: Hashable, timeout: float) -> bool:
-        """Block up to ``timeout`` seconds until :meth:`changed_since` holds.
+        """Block up to ``timeout`` seconds until :meth:`changed_since` holds
+        (or, once :meth:`changes` runs, until something changes).
 
         The default polls adaptively: every 1 ms at first, backing off to 10 ms.
         """

@@ -5,6 +5,12 @@ name is always a single component inside the queue directory. Renames use
 ``renameat2(RENAME_NOREPLACE)`` on Linux: atomic, and never replacing an
 existing name. Durability: file ``fsync`` before the publishing rename and a
 directory ``fsync`` after it; a batch flushes its files with one ``syncfs``.
+
+A create that need not be durable writes an unnamed ``O_TMPFILE`` inode and
+links it under its final name (``linkat``, which never replaces): readers see
+the whole message or no name, with one directory operation instead of two.
+On local filesystems a receiver learns new names from ``inotify``
+(:mod:`vsqs._inotify`) instead of listing the directory again.
 """
 
 from __future__ import annotations
@@ -18,8 +24,9 @@ import sys
 import time
 from collections.abc import Hashable, Iterable, Iterator
 
+from ._inotify import DirectoryFeed, open_feed
 from ._names import validate_queue_name
-from ._store import Store
+from ._store import Changes, Store
 
 _RENAME_NOREPLACE = 1
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
@@ -38,6 +45,7 @@ if _renameat2 is not None:
 _O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _O_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 _O_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_O_TMPFILE = os.O_WRONLY | getattr(os, "O_TMPFILE", 0) | os.O_CLOEXEC
 #: Message files are created 0o666 minus the umask: never wider than what the
 #: process would give any file, and never executable.
 FILE_MODE = 0o666
@@ -56,11 +64,16 @@ class LocalStore(Store):
     durable = True
     shared = True
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, notifications: bool = True) -> None:
+        """``notifications=False`` never uses ``inotify`` (receivers list instead)."""
         self.path = path
         self.url = path
         self._fd: int | None = None
         self._noreplace = _renameat2 is not None
+        self._tmpfile = hasattr(os, "O_TMPFILE") and os.path.isdir("/proc/self/fd")
+        self._feed: DirectoryFeed | None = None
+        self._notifications = notifications
+        self._feed_tried = not notifications
 
     # -- container -------------------------------------------------------
     def ensure(self, create: bool) -> bool:
@@ -85,9 +98,12 @@ class LocalStore(Store):
 
     def sibling(self, name: str) -> LocalStore:
         parent = os.path.dirname(self.path)
-        return LocalStore(os.path.join(parent, validate_queue_name(name)))
+        return LocalStore(
+            os.path.join(parent, validate_queue_name(name)), notifications=self._notifications
+        )
 
     def close(self) -> None:
+        self._close_feed()
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
@@ -112,12 +128,29 @@ class LocalStore(Store):
         finally:
             os.close(fd)
 
+    def creates_atomically(self, fsync: bool) -> bool:
+        # A linked O_TMPFILE inode's new link count is not made durable by a
+        # directory fsync (ext4 without a journal): durable creates stage.
+        return not fsync and self._tmpfile
+
     def write_new(self, name: str, data: bytes, *, fsync: bool) -> None:
+        if not fsync and self._tmpfile:
+            try:
+                fd = os.open(".", _O_TMPFILE, FILE_MODE, dir_fd=self.fd)
+            except OSError as exc:
+                if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+                    raise
+                self._tmpfile = False  # this filesystem has no O_TMPFILE
+            else:
+                try:
+                    _write_all(fd, data)
+                    os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=self.fd)
+                finally:
+                    os.close(fd)
+                return
         fd = os.open(name, _O_CREATE, FILE_MODE, dir_fd=self.fd)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            _write_all(fd, data)
             if fsync:
                 os.fsync(fd)
         except BaseException:
@@ -155,6 +188,29 @@ class LocalStore(Store):
         os.fsync(self.fd)
 
     # -- change notification --------------------------------------------
+    def changes(self, name_length: int) -> Changes | None:
+        feed = self._feed
+        if feed is not None and feed.inherited:
+            self._close_feed()  # inherited over fork: the parent reads the same events
+            feed, self._feed_tried = None, False
+        if feed is None:
+            if self._feed_tried:
+                return None
+            self._feed_tried = True
+            self._feed = open_feed(self.fd)
+            return None if self._feed is None else []
+        return feed.changes(name_length)
+
+    def wait_for_change(self, token: Hashable, timeout: float) -> bool:
+        if self._feed is not None:
+            return self._feed.wait(timeout)
+        return super().wait_for_change(token, timeout)
+
+    def _close_feed(self) -> None:
+        feed, self._feed = self._feed, None
+        if feed is not None:
+            feed.close()
+
     def change_token(self) -> Hashable:
         return os.stat(self.fd).st_mtime_ns, time.time_ns()
 
@@ -165,6 +221,12 @@ class LocalStore(Store):
             return True
         # Same mtime: a change in the same clock tick as the token would not show.
         return bool(taken - mtime < _TICK_NS <= time.time_ns() - mtime)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _unlink_quietly(name: str, dir_fd: int) -> None:

@@ -69,6 +69,9 @@ class MemoryStore(Store):
             except KeyError:
                 raise FileNotFoundError(name) from None
 
+    def creates_atomically(self, fsync: bool) -> bool:
+        return True  # under the lock; nothing here is durable anyway
+
     def write_new(self, name: str, data: bytes, *, fsync: bool) -> None:
         with self._spaces.changed:
             names = self._names
