@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -144,10 +145,20 @@ class CountingStore(vsqs.LocalStore):
         return None if self.lose_events and changed else changed
 
 
+def start_feed(consumer: vsqs.Queue, producer: vsqs.Queue) -> None:
+    """A receiver starts its feed at its second listing (the first drains a backlog)."""
+    assert consumer.receive() is None
+    producer.send(b"wake")
+    msg = consumer.receive(wait=5)
+    assert msg is not None and msg.body == b"wake"
+    msg.delete()
+    assert consumer._store._feed is not None  # type: ignore[attr-defined]
+
+
 def test_a_receiver_learns_new_messages_from_the_feed_without_listing(tmp_path: Path) -> None:
     store = CountingStore(str(tmp_path / "q"))
     with vsqs.Queue(store, durable=False) as consumer, vsqs.Queue(store.path) as producer:
-        assert consumer.receive() is None  # the first listing starts the feed
+        start_feed(consumer, producer)
         before = store.listings
         for i in range(100):
             producer.send(str(i))
@@ -155,6 +166,15 @@ def test_a_receiver_learns_new_messages_from_the_feed_without_listing(tmp_path: 
             assert msg is not None and msg.body == str(i).encode()
             msg.delete()
         assert store.listings - before <= 1  # at most the once-a-second refresh
+
+
+def test_the_first_listing_drains_a_backlog_without_a_feed(tmp_path: Path) -> None:
+    store = CountingStore(str(tmp_path / "q"))
+    with vsqs.Queue(store.path) as producer, vsqs.Queue(store) as consumer:
+        sent = producer.send_batch([b"x"] * 10)
+        time.sleep(vsqs._queue.YOUNG_MS / 1000)
+        assert [m.id for m in consumer.receive_batch(10)] == sent
+        assert store._feed is None
 
 
 def test_without_notifications_a_receiver_lists_to_see_new_messages(tmp_path: Path) -> None:
@@ -170,7 +190,7 @@ def test_without_notifications_a_receiver_lists_to_see_new_messages(tmp_path: Pa
 def test_lost_feed_events_make_the_receiver_list(tmp_path: Path) -> None:
     store = CountingStore(str(tmp_path / "q"))
     with vsqs.Queue(store) as consumer, vsqs.Queue(store.path) as producer:
-        assert consumer.receive() is None
+        start_feed(consumer, producer)
         store.lose_events = True
         sent = producer.send_batch([b"a", b"b"])
         before = store.listings
@@ -183,10 +203,12 @@ def test_a_feed_overflow_loses_no_message_and_keeps_fifo(tmp_path: Path) -> None
     limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
     if limit > 50_000:
         pytest.skip(f"max_queued_events is {limit}: too slow to overflow here")
-    with vsqs.Queue(tmp_path / "q", durable=False) as consumer:
-        assert consumer.receive() is None  # the feed is watching from here on
-        with vsqs.Queue(tmp_path / "q", durable=False) as producer:
-            sent = [producer.send(b"") for _ in range(limit + 100)]
+    with (
+        vsqs.Queue(tmp_path / "q", durable=False) as consumer,
+        vsqs.Queue(tmp_path / "q", durable=False) as producer,
+    ):
+        start_feed(consumer, producer)  # the feed is watching from here on
+        sent = [producer.send(b"") for _ in range(limit + 100)]
         got = []
         while batch := consumer.receive_batch(1000):
             got.extend(m.id for m in batch)

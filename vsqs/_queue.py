@@ -678,8 +678,10 @@ class Queue:
         started = time.monotonic()
         # Drain (or start) the arrival feed first: with one, every name that
         # appears during or after this listing is reported, so no name needs
-        # a second look.
-        fed = store.changes(names.ID_LEN) is not None
+        # a second look. The first listing goes without: a client that drains
+        # a backlog need not pay for events (its own claims are events too)
+        # until it runs out.
+        fed = c.token is not None and store.changes(names.ID_LEN) is not None
         token = store.change_token()
         # "~" sorts after every id: with a feed, no name is young.
         young_before = "~" if fed else f"{now_ms - YOUNG_MS:013d}"
