@@ -215,3 +215,38 @@ def test_a_feed_overflow_loses_no_message_and_keeps_fifo(tmp_path: Path) -> None
             for m in batch:
                 m.delete()
     assert got == sent
+
+
+def test_a_forked_child_watches_with_its_own_feed(tmp_path: Path) -> None:
+    with vsqs.Queue(tmp_path / "q") as consumer, vsqs.Queue(tmp_path / "q") as producer:
+        start_feed(consumer, producer)
+        parent_feed = consumer._store._feed  # type: ignore[attr-defined]
+        pid = os.fork()
+        if pid == 0:  # the child: a message sent before its own watch existed
+            ok = False
+            try:
+                producer.send(b"child")
+                msg = consumer.receive(wait=0.5)  # less than STALE_AFTER: no timed re-listing
+                feed = consumer._store._feed  # type: ignore[attr-defined]
+                ok = msg is not None and msg.body == b"child" and feed not in (None, parent_feed)
+            finally:
+                os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        producer.send(b"parent")  # the parent's feed still reports arrivals
+        msg = consumer.receive(wait=0.5)
+        assert msg is not None and msg.body == b"parent"
+        assert consumer._store._feed is parent_feed  # type: ignore[attr-defined]
+
+
+def test_dropped_feeds_free_their_inotify_instances(tmp_path: Path) -> None:
+    """More feeds than the per-user limit, each dropped without ``close()``."""
+    from vsqs._inotify import open_feed
+
+    limit = int(Path("/proc/sys/fs/inotify/max_user_instances").read_text())
+    dir_fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(limit + 10):
+            assert open_feed(dir_fd) is not None
+    finally:
+        os.close(dir_fd)

@@ -3,10 +3,10 @@
 A :class:`DirectoryFeed` reports, in the order they happened, the names that
 appeared in (created, renamed into) or were renamed away from one directory
 after the feed started (deletions are not reported: a queue deletes only names
-it holds). It is
-complete only for changes made by this kernel, so :func:`open_feed` offers one
-only on filesystems that no other host can write to (ext4, xfs, btrfs, tmpfs,
-...). A feed that overflowed reports ``None`` once: the caller must list.
+it holds). It is complete only for changes made by this kernel, so
+:func:`open_feed` offers one only on filesystems that no other host can write
+to (ext4, xfs, btrfs, tmpfs, ...). A feed that overflowed reports ``None``
+once: the caller must list.
 """
 
 from __future__ import annotations
@@ -72,9 +72,6 @@ class DirectoryFeed:
         """Whether this process is a fork of the one that opened the feed."""
         return self._forks != _forks[0]
 
-    def fileno(self) -> int:
-        return self._fd
-
     def changes(self, name_length: int) -> list[tuple[str, bool]] | None:
         """``(name, appeared)`` since the previous call, oldest first; ``None`` if some were lost.
 
@@ -100,12 +97,12 @@ class DirectoryFeed:
                     lost = True
                 elif (
                     length == padded
+                    and not mask & _IN_ISDIR
                     and buf[start + name_length - 1]
                     and not buf[start + name_length]
                 ):
                     name = buf[start : start + name_length].decode("utf-8", "replace")
-                    if not mask & _IN_ISDIR:
-                        out.append((name, bool(mask & _APPEARED)))
+                    out.append((name, bool(mask & _APPEARED)))
             if end < _READ_SIZE // 2:
                 break  # the kernel had no more queued
         return None if lost else out

@@ -669,7 +669,6 @@ class Queue:
             log.debug("%s: lost a claim race; skipping %d candidates", self.url, skip)
             return None
         c.losses = 0
-        c.pending.pop(name, None)  # a due name the feed reported before its expiry popped
         return message_id, held, count, expiry
 
     def _relist(self, now_ms: int) -> None:

@@ -46,6 +46,8 @@ _O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _O_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 _O_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _O_TMPFILE = os.O_WRONLY | getattr(os, "O_TMPFILE", 0) | os.O_CLOEXEC
+#: O_TMPFILE files are linked through their /proc/self/fd entry.
+_TMPFILE_USABLE = hasattr(os, "O_TMPFILE") and os.path.isdir("/proc/self/fd")
 #: Message files are created 0o666 minus the umask: never wider than what the
 #: process would give any file, and never executable.
 FILE_MODE = 0o666
@@ -70,7 +72,7 @@ class LocalStore(Store):
         self.url = path
         self._fd: int | None = None
         self._noreplace = _renameat2 is not None
-        self._tmpfile = hasattr(os, "O_TMPFILE") and os.path.isdir("/proc/self/fd")
+        self._tmpfile = _TMPFILE_USABLE  # until this filesystem refuses O_TMPFILE
         self._feed: DirectoryFeed | None = None
         self._notifications = notifications
         self._feed_tried = not notifications
@@ -191,8 +193,11 @@ class LocalStore(Store):
     def changes(self, name_length: int) -> Changes | None:
         feed = self._feed
         if feed is not None and feed.inherited:
-            self._close_feed()  # inherited over fork: the parent reads the same events
-            feed, self._feed_tried = None, False
+            # Inherited over fork: the parent reads the same events. A new
+            # watch knows nothing of what happened before it: list again.
+            self._close_feed()
+            self._feed = open_feed(self.fd)
+            return None
         if feed is None:
             if self._feed_tried:
                 return None
