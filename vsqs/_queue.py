@@ -55,6 +55,9 @@ YOUNG_MS = 50
 BACKOFF = 0.001
 #: A receiver with an arrival feed reads it at least every FEED_EVERY claims.
 FEED_EVERY = 64
+#: On stores that list in order (object stores), a listing stops once it has
+#: found this many candidates: a receive never lists the whole backlog.
+HEAD_NAMES = 1000
 #: A ``.new`` leftover older than this (by its id) is a crashed writer's.
 DEFAULT_NEW_GRACE = 3600.0
 #: How long a redrive or dead-letter move holds a message while moving it.
@@ -328,10 +331,12 @@ class Queue:
         durable: bool = True,
         clock: Callable[[], float] = time.time,
         new_grace: float = DEFAULT_NEW_GRACE,
+        unsafe_claims: bool = False,
     ) -> None:
         self._store = open_store(url, storage_options)
         self._owns_store = self._store is not url  # a Store passed in stays the caller's
         self._storage_options = storage_options
+        self._unsafe_claims = bool(unsafe_claims)
         self.url = self._store.url
         self.durable = bool(durable) and self._store.durable
         self._clock = clock
@@ -355,11 +360,17 @@ class Queue:
 
     def _open(self, create: bool, requested: dict[str, Any]) -> QueueConfig:
         store = self._store
-        if not store.atomic_rename:
-            raise UnsupportedStore(f"{self.url}: this store cannot make claims exclusive")
         try:
             if not store.ensure(create):
                 raise QueueNotFound(f"no queue at {self.url} (pass create=True to make one)")
+            if not store.exclusive_claims():
+                if not self._unsafe_claims:
+                    raise UnsupportedStore(
+                        f"{self.url}: this store cannot make claims exclusive, so two "
+                        "consumers could receive the same message at once; pass "
+                        "unsafe_claims=True to use it anyway (docs/protocol.md)"
+                    )
+                log.warning("%s: claims are not exclusive here (unsafe_claims=True)", self.url)
             try:
                 config = QueueConfig.from_json(store.read(names.CONFIG_NAME), self.url)
             except FileNotFoundError:
@@ -690,7 +701,10 @@ class Queue:
         stale_new: list[str] = []
         pending: dict[str, int] = {}
         listed = 0
+        head_only = store.lists_in_order
         for name in store.list():
+            if head_only and len(visible) + len(young) >= HEAD_NAMES:
+                break
             listed += 1
             if len(name) == names.ID_LEN:
                 if name < young_before or name in c.young:
@@ -771,9 +785,19 @@ class Queue:
             target = self.config.dead_letter
             assert target is not None
             if "/" in target or "://" in target:
-                dlq = Queue(target, storage_options=self._storage_options, durable=self.durable)
+                dlq = Queue(
+                    target,
+                    storage_options=self._storage_options,
+                    durable=self.durable,
+                    unsafe_claims=self._unsafe_claims,
+                )
             else:
-                dlq = Queue(self._store.sibling(target), durable=self.durable, clock=self._clock)
+                dlq = Queue(
+                    self._store.sibling(target),
+                    durable=self.durable,
+                    clock=self._clock,
+                    unsafe_claims=self._unsafe_claims,
+                )
             self._dead_letter_queue = dlq
         return self._dead_letter_queue
 

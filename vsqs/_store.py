@@ -32,6 +32,9 @@ class Store(ABC):
     durable: ClassVar[bool] = False
     #: Other processes (and hosts, for shared storage) see the same namespace.
     shared: ClassVar[bool] = False
+    #: ``list`` yields names in ascending order, lazily: a receiver may stop
+    #: reading it once it has enough candidates (object stores, page by page).
+    lists_in_order: ClassVar[bool] = False
 
     url: str
 
@@ -47,6 +50,10 @@ class Store(ABC):
     @abstractmethod
     def sibling(self, name: str) -> Store:
         """The store of the queue called ``name`` next to this one (validated name)."""
+
+    def exclusive_claims(self) -> bool:
+        """Whether claims are exclusive here (``atomic_rename``; probed on object stores)."""
+        return self.atomic_rename
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (file descriptors, sessions). Idempotent."""

