@@ -29,6 +29,14 @@ WORKER_DEADLINE = 45.0
 EXIT_DEADLINE = 3
 
 
+def open_queue(target: str | list[Any], **kwargs: Any) -> vsqs.Queue:
+    """A queue from a path or URL, or from ``[url, storage_options]``."""
+    if isinstance(target, list):
+        url, options = target
+        return vsqs.Queue(url, storage_options=options, **kwargs)
+    return vsqs.Queue(target, **kwargs)
+
+
 def _open_log(path: str) -> Any:
     return open(path, "w", buffering=1)  # line buffered: one write(2) per event
 
@@ -50,7 +58,7 @@ def produce(
     or ``"mixed"``. Logs ``"<id> <body>"`` once each send returned.
     """
     rng = random.Random(seed)
-    with vsqs.Queue(url, durable=durable) as q, _open_log(log_path) as log:
+    with open_queue(url, durable=durable) as q, _open_log(log_path) as log:
         seq = 0
         while seq < count:
             batch = mode == "batch" or (mode == "mixed" and rng.random() < 0.5)
@@ -95,7 +103,7 @@ def race_consume(
     rng = random.Random(seed)
     give_up = time.monotonic() + WORKER_DEADLINE
     pid = os.getpid()
-    with vsqs.Queue(url) as q, _open_log(log_path) as log:
+    with open_queue(url) as q, _open_log(log_path) as log:
         while True:
             if time.monotonic() > give_up:
                 sys.exit(EXIT_DEADLINE)

@@ -234,7 +234,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[vsqs.Store,
 
 
 def open_pair(
-    store: vsqs.Store, crashing: CrashingStore, clock: FakeClock, durable: bool
+    store: vsqs.Store, crashing: vsqs.Store, clock: FakeClock, durable: bool
 ) -> tuple[vsqs.Queue, vsqs.Queue]:
     config = {"clock": clock, "max_receives": 1, "dead_letter": "dlq", "durable": durable}
     vsqs.Queue(store.sibling("dlq")).close()  # exists before counting calls

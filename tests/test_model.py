@@ -2,8 +2,9 @@
 
 Random sends (with delays), receives, batch receives, deletes, extends and
 releases with receipts drawn from *every* receipt ever issued (so stale ones
-too), peeks, stats, purges and clock jumps, on a local directory and on a
-``MemoryStore``. After every step the store's names must be exactly the
+too), peeks, stats, purges and clock jumps, on a local directory, a
+``MemoryStore`` and every object store (``memory://``, moto S3,
+fake-gcs-server). After every step the store's names must be exactly the
 model's.
 
 The model's only shared knowledge with the library is the specification:
@@ -18,13 +19,23 @@ import tempfile
 from dataclasses import dataclass
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import settings
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 import vsqs
 from vsqs import _names as names
 
+from vsqs._registry import open_store
+
 from .conftest import FakeClock
+from .servers import Server, gcs_server, memory_server, s3_server  # noqa: F401 - fixtures
 
 DURATIONS = st.sampled_from([0, 0.001, 0.25, 1, 2.5, 30])
 JUMPS = st.sampled_from([0.0005, 0.001, 0.2, 1, 2.5, 31])
@@ -216,3 +227,21 @@ TestMemoryQueue = MemoryQueueMachine.TestCase
 TestMemoryQueue.settings = SETTINGS
 TestLocalQueue = LocalQueueMachine.TestCase
 TestLocalQueue.settings = SETTINGS
+
+
+@pytest.mark.parametrize(
+    ("server_fixture", "examples"), [("memory_server", 150), ("s3_server", 25), ("gcs_server", 60)]
+)
+def test_object_store_queue_matches_the_model(
+    request: pytest.FixtureRequest, server_fixture: str, examples: int
+) -> None:
+    server: Server = request.getfixturevalue(server_fixture)
+
+    class ObjectQueueMachine(QueueMachine):
+        def make_store(self) -> vsqs.Store:
+            return open_store(server.url(), server.storage_options)
+
+    run_state_machine_as_test(
+        ObjectQueueMachine,
+        settings=settings(max_examples=examples, stateful_step_count=30, deadline=None),
+    )

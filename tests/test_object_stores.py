@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import vsqs
+from vsqs import _names as names
 from vsqs._registry import open_store
+from vsqs._store_object import ObjectStore
 
+from . import _workers
 from .queue_tests import QueueTests
+from .test_processes import check_race, run_race
 from .servers import Server, gcs_server, memory_server, s3_server  # noqa: F401 - fixtures
 
 
@@ -33,3 +39,29 @@ class TestGCS(ObjectStoreTests):
 
 class TestMemoryURL(ObjectStoreTests):
     server_fixture = "memory_server"
+
+
+# ------------------------------------------------------------------ races
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_eight_racing_consumer_processes_on_s3(tmp_path: Path, s3_server: Server) -> None:
+    """Each message claimed by one consumer at a time, acked exactly once, none lost."""
+    vt = 30.0
+    target = [s3_server.url("race"), s3_server.storage_options]
+    sent, claims = run_race(
+        tmp_path,
+        producers=[(150, "single", True), (150, "batch", True)],
+        consumers=8,
+        vt=vt,
+        max_batch=3,
+        p_release=0.05,
+        target=target,
+    )
+    check_race(sent, claims, vt)
+    assert len({c["pid"] for c in claims}) == 8, "not every consumer got work"
+    released = sum(c["action"] == "release" and c["ok"] for c in claims)
+    assert released > 0 and len(claims) == len(sent) + released
+    with _workers.open_queue(target) as q:
+        assert isinstance(q._store, ObjectStore)
+        raw = [name for name, _ in q._store.io.listing()]
+    assert raw == [names.CONFIG_NAME], f"markers or sources left behind: {raw[:5]}"

@@ -111,14 +111,17 @@ def run_race(
     p_release: float,
     p_slow: float = 0.0,
     slow: tuple[float, float] = (0.0, 0.0),
+    target: list[Any] | None = None,
 ) -> tuple[dict[str, str], list[dict[str, Any]]]:
     """Run producers ``(count, mode, durable)`` and consumers on one queue until it drains.
 
-    Returns what was sent (id -> body) and every consumer's claims.
+    The queue is a directory under ``tmp_path``, or ``target`` (``[url,
+    storage_options]``). Returns what was sent (id -> body) and every
+    consumer's claims.
     """
     qdir = tmp_path / "jobs"
-    url = str(qdir)
-    vsqs.Queue(url).close()
+    url: str | list[Any] = str(qdir) if target is None else target
+    _workers.open_queue(url).close()
     done = ctx.Event()
     sent_logs = [tmp_path / f"producer-{i}.log" for i in range(len(producers))]
     claim_logs = [tmp_path / f"consumer-{i}.jsonl" for i in range(consumers)]
@@ -146,7 +149,11 @@ def run_race(
     sent = read_sent(sent_logs)
     assert len(sent) == sum(count for count, _, _ in producers)
     claims = [json.loads(line) for log in claim_logs for line in log.read_text().splitlines()]
-    assert queue_files(qdir) == {names.CONFIG_NAME}, "the drained queue left messages behind"
+    with _workers.open_queue(url) as q:
+        left = set(q._store.list())
+    assert left == {names.CONFIG_NAME}, "the drained queue left messages behind"
+    if target is None:
+        assert queue_files(qdir) == {names.CONFIG_NAME}
     return sent, claims
 
 

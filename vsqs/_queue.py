@@ -56,8 +56,9 @@ BACKOFF = 0.001
 #: A receiver with an arrival feed reads it at least every FEED_EVERY claims.
 FEED_EVERY = 64
 #: On stores that list in order (object stores), a listing stops once it has
-#: found this many candidates: a receive never lists the whole backlog.
-HEAD_NAMES = 1000
+#: found this many candidates (within the first page of 1 000 keys, if few are
+#: in flight): a receive never lists the whole backlog.
+HEAD_NAMES = 500
 #: A ``.new`` leftover older than this (by its id) is a crashed writer's.
 DEFAULT_NEW_GRACE = 3600.0
 #: How long a redrive or dead-letter move holds a message while moving it.
@@ -701,10 +702,8 @@ class Queue:
         stale_new: list[str] = []
         pending: dict[str, int] = {}
         listed = 0
-        head_only = store.lists_in_order
+        head = HEAD_NAMES if store.lists_in_order else math.inf
         for name in store.list():
-            if head_only and len(visible) + len(young) >= HEAD_NAMES:
-                break
             listed += 1
             if len(name) == names.ID_LEN:
                 if name < young_before or name in c.young:
@@ -714,14 +713,13 @@ class Queue:
             elif name.endswith(names.NEW_SUFFIX):
                 if name < stale_new_before:
                     stale_new.append(name)
-            else:
-                parsed = names.parse(name)
-                if parsed is None or parsed.expiry_ms is None:
-                    continue
+            elif (parsed := names.parse(name)) is not None and parsed.expiry_ms is not None:
                 if parsed.expiry_ms <= now_ms:
                     visible.append(name)
                 else:
                     pending[name] = parsed.expiry_ms
+            if len(visible) + len(young) >= head:
+                break  # in key order: the rest of the backlog is newer
         visible.sort()
         c.pending = pending
         c.heap = [(expiry, name) for name, expiry in pending.items()]

@@ -52,6 +52,16 @@ def open_store(location: object, storage_options: dict[str, Any] | None) -> Stor
     return LocalStore(path)
 
 
+def _check_components(url: str) -> None:
+    """Refuse a URL whose path has an empty, ``.`` or ``..`` component or a bad
+    queue name, before any filesystem (and its credential lookup) is made."""
+    path = url.rsplit("::", 1)[-1].split("://", 1)[-1].split("?", 1)[0].rstrip("/")
+    parts = path.split("/")
+    if any(part in ("", ".", "..") for part in parts[1:]) or parts[0] in (".", ".."):
+        raise InvalidQueueName(f"{url}: empty, '.' or '..' path components are refused")
+    validate_queue_name(parts[-1])
+
+
 def _object_store(scheme: str, url: str, storage_options: dict[str, Any]) -> Store:
     package, extra = _PACKAGES.get(scheme.rpartition("::")[2], (None, "s3"))
     install = f"pip install 'vsqs[{extra}]'"
@@ -60,6 +70,7 @@ def _object_store(scheme: str, url: str, storage_options: dict[str, Any]) -> Sto
         import fsspec.core
     except ImportError:
         raise UnsupportedStore(f"{scheme}:// queues need fsspec: {install}") from None
+    _check_components(url)
     options = dict(storage_options)
     if scheme in _PACKAGES:
         options.setdefault("use_listings_cache", False)
@@ -71,7 +82,6 @@ def _object_store(scheme: str, url: str, storage_options: dict[str, Any]) -> Sto
         raise UnsupportedStore(f"no vsqs backend for {scheme}:// URLs: {exc}") from None
     path = path.rstrip("/")
     head, _, name = path.rpartition("/")
-    validate_queue_name(name)
     bucketed = scheme in _BUCKETED
     if bucketed and not head:
         raise InvalidQueueName(f"{url}: name a queue inside the bucket ({scheme}://bucket/queue)")

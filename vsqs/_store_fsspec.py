@@ -57,7 +57,7 @@ class FsspecObjects(ObjectIO):
     @property
     def probe_scope(self) -> Hashable:
         bucket = self.root.partition("/")[0] if self.bucketed else ""
-        return (type(self), getattr(self.fs, "_fs_token", id(self.fs)), bucket)
+        return (type(self), type(self.fs), getattr(self.fs, "_fs_token", id(self.fs)), bucket)
 
     def _path(self, name: str) -> str:
         return f"{self.root}/{name}"

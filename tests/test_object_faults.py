@@ -1,0 +1,143 @@
+"""Faults at every request of every operation on object stores (docs/protocol.md).
+
+``FaultyIO`` wraps a real store's request adapter (moto S3 or ``memory://``).
+Per run it injects one fault at the k-th request, for every k:
+
+* **crash**: that request and every later one raise :class:`Crash` (the client
+  process dies mid-operation);
+* **lost response, retried**: the request runs, its response is lost, and the
+  client's automatic retry sends it again; the retry's outcome is returned;
+* **lost response**: the request runs and the client sees a connection error.
+
+Then a fresh client recovers and the checks of ``test_crashes`` apply: no
+message lost, none with two live names, none acknowledged coming back.
+Moves left unfinished are finished at once here (``FINISH_AFTER = 0``), which
+the protocol allows at any time: a harsher test than the default delay.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import vsqs
+from vsqs import _store_object
+from vsqs._registry import open_store
+from vsqs._store_object import ObjectIO, ObjectStore
+
+from .conftest import FakeClock
+from .servers import Server, memory_server, s3_server  # noqa: F401 - fixtures
+from .test_crashes import SCENARIOS, Crash, Expect, open_pair, recover_and_check
+
+
+class FaultyIO(ObjectIO):
+    """Delegates every request to ``inner``; the ``fault_at``-th one fails as ``mode`` says."""
+
+    def __init__(self, inner: ObjectIO, mode: str, fault_at: int | None) -> None:
+        super().__init__()
+        self.inner, self.mode, self.fault_at = inner, mode, fault_at
+        self.url = inner.url
+        self.exclusive_create_via = inner.exclusive_create_via
+        self.conditional_delete = inner.conditional_delete  # type: ignore[misc]
+        self.calls = [0]  # shared with siblings: one process
+
+    def _request(self, method: str, *args: Any) -> Any:
+        self.calls[0] += 1
+        call = getattr(self.inner, method)
+        if self.fault_at is None or self.calls[0] < self.fault_at:
+            return call(*args)
+        if self.mode == "crash":
+            raise Crash(f"dead since request {self.fault_at} ({method})")
+        if self.calls[0] > self.fault_at:
+            return call(*args)
+        try:
+            call(*args)
+        except OSError:
+            pass  # its outcome is lost with the response
+        if self.mode == "lost":
+            raise ConnectionResetError(f"response to {method}{args!r:.60} lost")
+        return call(*args)  # "retried": the client library sends it again
+
+    @property
+    def probe_scope(self) -> Any:
+        return self.inner.probe_scope
+
+    def container_exists(self) -> bool:
+        return self.inner.container_exists()
+
+    def listing(self) -> Iterator[tuple[str, float | None]]:
+        return iter(self._request("_listed"))
+
+    def get(self, name: str) -> bytes:
+        return self._request("get", name)  # type: ignore[no-any-return]
+
+    def create(self, name: str, data: bytes) -> str | None:
+        return self._request("create", name, data)  # type: ignore[no-any-return]
+
+    def copy(self, src: str, dst: str) -> str | None:
+        return self._request("copy", src, dst)  # type: ignore[no-any-return]
+
+    def delete(self, name: str, tag: str | None = None) -> None:
+        self._request("delete", name, tag)
+
+    def remove(self, names: list[str]) -> list[str]:
+        return self._request("remove", names)  # type: ignore[no-any-return]
+
+    def sibling(self, name: str) -> FaultyIO:
+        twin = FaultyIO(self.inner.sibling(name), self.mode, self.fault_at)
+        twin.calls = self.calls
+        return twin
+
+
+def _listed(io: ObjectIO) -> list[tuple[str, float | None]]:
+    return list(io.listing())
+
+
+ObjectIO._listed = _listed  # type: ignore[attr-defined]
+
+
+@pytest.fixture(params=["s3", "memory"])
+def server(request: pytest.FixtureRequest) -> Server:
+    return request.getfixturevalue(f"{request.param}_server")  # type: ignore[no-any-return]
+
+
+@pytest.fixture(autouse=True)
+def finish_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_store_object, "FINISH_AFTER", -1.0)
+
+
+def run_with_fault(
+    server: Server, scenario: Callable[..., None], mode: str, fault_at: int | None
+) -> tuple[ObjectStore, FaultyIO, FakeClock, Expect, BaseException | None]:
+    store = open_store(server.url(), server.storage_options)
+    assert isinstance(store, ObjectStore)
+    faulty = FaultyIO(store.io, mode, None)
+    clock = FakeClock(time.time())
+    healthy, crashing = open_pair(store, ObjectStore(faulty), clock, True)
+    faulty.fault_at, faulty.calls[0] = fault_at, 0
+    expect = Expect()
+    try:
+        scenario(healthy, crashing, expect)
+        error = None
+    except (Crash, vsqs.VsqsError) as exc:
+        error = exc
+    return store, faulty, clock, expect, error
+
+
+@pytest.mark.parametrize("mode", ["crash", "retried", "lost"])
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=str)
+def test_a_fault_at_any_request_loses_nothing(server: Server, scenario: str, mode: str) -> None:
+    run = SCENARIOS[scenario]
+    store, faulty, clock, expect, error = run_with_fault(server, run, mode, None)
+    assert error is None
+    total = faulty.calls[0]
+    assert total >= 1
+    recover_and_check(store, clock, Expect())
+    for fault_at in range(1, total + 1):
+        store, faulty, clock, expect, error = run_with_fault(server, run, mode, fault_at)
+        if mode == "crash":
+            assert isinstance(error, Crash), f"request {fault_at} of {total} did not crash"
+        recover_and_check(store, clock, expect)

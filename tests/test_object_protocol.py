@@ -1,0 +1,241 @@
+"""The object-store protocol itself: capability probe, request counts, the
+named windows of ``docs/protocol.md`` forced one at a time, and bad input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pytest
+
+import vsqs
+from vsqs import _names as names
+from vsqs import _store_object
+from vsqs._registry import open_store
+from vsqs._store_object import MOVED_SUFFIX, ObjectStore
+
+from .servers import Server, gcs_server, memory_server, s3_server  # noqa: F401 - fixtures
+from .test_object_faults import FaultyIO
+
+
+def object_store(server: Server, name: str = "q") -> ObjectStore:
+    store = open_store(server.url(name), server.storage_options)
+    assert isinstance(store, ObjectStore)
+    return store
+
+
+def raw_names(store: ObjectStore) -> list[str]:
+    return [name for name, _ in store.io.listing()]
+
+
+# ------------------------------------------------------------------ probe
+@pytest.mark.parametrize(
+    ("server_fixture", "protocol"),
+    [("s3_server", "s3-conditional"), ("gcs_server", "gcs-generation"), ("memory_server", "create-only")],
+)
+def test_the_probe_picks_the_strongest_protocol(
+    request: pytest.FixtureRequest, server_fixture: str, protocol: str
+) -> None:
+    server: Server = request.getfixturevalue(server_fixture)
+    store = object_store(server)
+    with vsqs.Queue(store):
+        assert store.protocol == protocol
+        assert raw_names(store) == [names.CONFIG_NAME], "the probe left an object behind"
+
+
+def test_a_store_without_exclusive_create_is_refused_unless_opted_in() -> None:
+    """fsspec's simplecache writes through on close: a create there overwrites."""
+    url = f"simplecache::memory://vsqs-none-{time.time_ns()}/q"
+    with pytest.raises(vsqs.UnsupportedStore, match="unsafe_claims=True"):
+        vsqs.Queue(url)
+    with vsqs.Queue(url, unsafe_claims=True) as q:
+        assert isinstance(q._store, ObjectStore) and q._store.protocol == "none"
+        q.send(b"x")
+        msg = q.receive()
+        assert msg is not None and msg.body == b"x"
+        msg.delete()
+
+
+def test_a_missing_bucket_is_reported(s3_server: Server) -> None:
+    with pytest.raises(vsqs.QueueNotFound, match="bucket does not exist"):
+        vsqs.Queue("s3://no-such-bucket/q", storage_options=s3_server.storage_options)
+
+
+@pytest.mark.parametrize(
+    ("url", "extra"), [("s3://bucket/q", "s3"), ("gs://bucket/q", "gcs")]
+)
+def test_a_missing_package_names_the_extra_to_install(url: str, extra: str) -> None:
+    package = {"s3": "s3fs", "gcs": "gcsfs"}[extra]
+    code = (
+        f"import sys; sys.modules[{package!r}] = None\n"
+        "import vsqs\n"
+        "try:\n"
+        f"    vsqs.Queue({url!r})\n"
+        "except vsqs.UnsupportedStore as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert f"pip install 'vsqs[{extra}]'" in out.stdout
+
+
+@pytest.mark.parametrize(
+    "url", ["s3://bucket", "s3://bucket/", "s3://bucket/../x", "gs://b/q/..", "nosuchscheme://b/q"]
+)
+def test_bad_object_store_urls_are_refused_before_any_request(url: str) -> None:
+    with pytest.raises((vsqs.InvalidQueueName, vsqs.UnsupportedStore)):
+        vsqs.Queue(url)
+
+
+# ------------------------------------------------------------ request counts
+def test_a_message_lifecycle_takes_six_requests_on_s3(s3_server: Server) -> None:
+    store = object_store(s3_server)
+    with vsqs.Queue(store) as q:
+        q.send_batch([b"warm"] * 3)
+        q.receive().delete()  # type: ignore[union-attr] - the first listing
+        store.io.requests.clear()
+        q.send(b"x")
+        assert store.io.requests == Counter(put=1)
+        store.io.requests.clear()
+        msg = q.receive()
+        assert msg is not None
+        # marker, read, copy, delete of the source (and of earlier markers); no listing:
+        # the candidates came from the first one.
+        assert store.io.requests == Counter(put=1, get=1, copy=1, delete=1)
+        store.io.requests.clear()
+        msg.delete()
+        assert store.io.requests == Counter(delete=1)
+
+
+def test_receiving_from_a_large_backlog_lists_one_page(s3_server: Server) -> None:
+    store = object_store(s3_server)
+    with vsqs.Queue(store) as q:
+        q.send_batch([b"m"] * 1200)  # more than one page
+    with vsqs.Queue(store) as q:
+        store.io.requests.clear()
+        msg = q.receive()
+        assert msg is not None and msg.body == b"m"
+        assert store.io.requests["list"] == 1
+
+
+# ------------------------------------------------------------ named windows
+def test_a_marker_whose_create_response_was_lost_and_retried_still_wins(
+    s3_server: Server,
+) -> None:
+    """Window "lost response + retry" at the commit: the retry meets our own marker."""
+    store = object_store(s3_server)
+    with vsqs.Queue(store) as q:
+        sent = q.send(b"x")
+    faulty = FaultyIO(store.io, "retried", None)
+    with vsqs.Queue(ObjectStore(faulty)) as q:
+        faulty.calls[0] = 0
+        faulty.fault_at = 2  # 1: the listing, 2: the marker's create
+        msg = q.receive()
+    assert msg is not None and msg.id == sent
+
+
+def test_two_attempts_writing_the_same_target_are_told_apart(memory_server: Server) -> None:
+    """Window "same bytes twice": two clients moving one name to the same target
+    name write different markers, so only one believes it won."""
+    store = object_store(memory_server)
+    with vsqs.Queue(store) as q:
+        q.send(b"x")
+        (source,) = [n for n in store.list() if names.is_id(n)]
+    target = names.invisible_name(source, 4_000_000_000_000, 1)
+    one, two = ObjectStore(store.io), ObjectStore(store.io)
+    one.rename(source, target)
+    with pytest.raises(FileNotFoundError):
+        two.rename(source, target)
+    assert sorted(store.list()) == sorted([names.CONFIG_NAME, target])
+
+
+def test_a_late_claimer_wins_nothing_and_leaves_nothing(memory_server: Server) -> None:
+    """Window "late claim": a client whose marker is made after the move it lost
+    finished (and the marker was collected) finds the source gone."""
+    store = object_store(memory_server)
+    with vsqs.Queue(store) as q:
+        q.send(b"x")
+        (source,) = [n for n in store.list() if names.is_id(n)]
+    winner, late = ObjectStore(store.io), ObjectStore(store.io)
+    winner.rename(source, names.invisible_name(source, 4_000_000_000_000, 1))
+    winner.close()  # collects the spent marker
+    assert not [n for n in raw_names(store) if n.endswith(MOVED_SUFFIX)]
+    with pytest.raises(FileNotFoundError):
+        late.rename(source, names.invisible_name(source, 4_000_000_000_001, 1))
+    late.close()
+    assert not [n for n in raw_names(store) if n.endswith(MOVED_SUFFIX)]
+    assert len([n for n in store.list() if names.parse(n)]) == 1
+
+
+@pytest.mark.parametrize("server_fixture", ["s3_server", "memory_server"])
+def test_a_stale_marker_over_a_recreated_source_moves_it_once(
+    request: pytest.FixtureRequest, server_fixture: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Window "stale marker": a marker left by a crashed mover hides a source
+    that was created again with the same name and bytes (a redrive). The
+    lister finishes the old move: the message lives on, once."""
+    monkeypatch.setattr(_store_object, "FINISH_AFTER", -1.0)
+    server: Server = request.getfixturevalue(server_fixture)
+    store = object_store(server)
+    vsqs.Queue(store).close()
+    message_id = "1700000000000-0000-0123456789abcdef"
+    old_target = names.invisible_name(message_id, 1_700_000_001_000, 3)
+    store.io.create(message_id + MOVED_SUFFIX, f"{old_target}\nother-client".encode())
+    store.io.create(message_id, b"body")
+    assert list(store.list()) == [names.CONFIG_NAME]  # this listing finishes the move
+    assert sorted(store.list()) == sorted([names.CONFIG_NAME, old_target])
+    with vsqs.Queue(store) as q:
+        msg = q.receive()
+        assert msg is not None and (msg.id, msg.body, msg.receive_count) == (message_id, b"body", 4)
+        msg.delete()
+        assert q.receive() is None
+    store.close()  # a Store passed in stays open after its queue; this collects markers
+    assert raw_names(store) == [names.CONFIG_NAME]
+
+
+def test_a_young_marker_hides_its_message_until_the_move_finishes(
+    memory_server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A move in progress: nothing of the message is shown, and nothing is
+    repaired, until ``FINISH_AFTER`` has passed."""
+    store = object_store(memory_server)
+    with vsqs.Queue(store) as q:
+        sent = q.send(b"x")
+    target = names.invisible_name(sent, 1_700_000_000_000, 1)
+    store.io.create(sent + MOVED_SUFFIX, f"{target}\nslow-client".encode())
+    assert list(store.list()) == [names.CONFIG_NAME]
+    assert sent in raw_names(store)
+    monkeypatch.setattr(_store_object, "FINISH_AFTER", -1.0)
+    assert list(store.list()) == [names.CONFIG_NAME]  # this listing finishes the move
+    assert sorted(store.list()) == sorted([names.CONFIG_NAME, target])
+    assert raw_names(store) == sorted([names.CONFIG_NAME, target, sent + MOVED_SUFFIX])
+    store.close()  # deletes the spent marker
+    assert raw_names(store) == sorted([names.CONFIG_NAME, target])
+
+
+# ---------------------------------------------------------------- bad input
+def test_foreign_objects_are_never_touched(s3_server: Server) -> None:
+    store = object_store(s3_server)
+    foreign = ["notes.moved", "notes", "1700000000000-0000-0123456789abcdef.new.moved", "x.y"]
+    with vsqs.Queue(store) as q:
+        for name in foreign:
+            store.io.create(name, b"theirs")
+        q.send(b"x")
+        msg = q.receive()
+        assert msg is not None
+        msg.delete()
+        q.purge()
+        q.gc()
+    store.close()
+    assert sorted(raw_names(store)) == sorted([names.CONFIG_NAME, *foreign])
+    assert all(store.io.get(name) == b"theirs" for name in foreign)
+
+
+def test_other_prefixes_and_nested_keys_are_not_part_of_a_queue(s3_server: Server) -> None:
+    store = object_store(s3_server)
+    nested = store.io.sibling("q")  # the same queue, to write a nested key through
+    with vsqs.Queue(store) as q:
+        nested.create("sub/1700000000000-0000-0123456789abcdef", b"nested")
+        assert q.receive() is None
+        assert "sub/1700000000000-0000-0123456789abcdef" not in raw_names(store)
