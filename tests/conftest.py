@@ -2,6 +2,10 @@ from __future__ import annotations
 
 import pytest
 
+from .servers import gcs_server, memory_server, s3_server
+
+__all__ = ["clock", "gcs_server", "memory_server", "s3_server"]
+
 
 class FakeClock:
     """An injectable clock (unix seconds) that only moves when told to."""

@@ -31,11 +31,10 @@ from hypothesis.stateful import (
 
 import vsqs
 from vsqs import _names as names
-
 from vsqs._registry import open_store
 
 from .conftest import FakeClock
-from .servers import Server, gcs_server, memory_server, s3_server  # noqa: F401 - fixtures
+from .servers import Server
 
 DURATIONS = st.sampled_from([0, 0.001, 0.25, 1, 2.5, 30])
 JUMPS = st.sampled_from([0.0005, 0.001, 0.2, 1, 2.5, 31])

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from contextlib import suppress
 from typing import Any
 
 import pytest
@@ -29,7 +30,7 @@ from vsqs._registry import open_store
 from vsqs._store_object import ObjectIO, ObjectStore
 
 from .conftest import FakeClock
-from .servers import Server, memory_server, s3_server  # noqa: F401 - fixtures
+from .servers import Server
 from .test_crashes import SCENARIOS, Crash, Expect, open_pair, recover_and_check
 
 
@@ -53,10 +54,8 @@ class FaultyIO(ObjectIO):
             raise Crash(f"dead since request {self.fault_at} ({method})")
         if self.calls[0] > self.fault_at:
             return call(*args)
-        try:
+        with suppress(OSError):  # its outcome is lost with the response
             call(*args)
-        except OSError:
-            pass  # its outcome is lost with the response
         if self.mode == "lost":
             raise ConnectionResetError(f"response to {method}{args!r:.60} lost")
         return call(*args)  # "retried": the client library sends it again

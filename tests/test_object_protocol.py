@@ -16,7 +16,7 @@ from vsqs import _store_object
 from vsqs._registry import open_store
 from vsqs._store_object import MOVED_SUFFIX, ObjectStore
 
-from .servers import Server, gcs_server, memory_server, s3_server  # noqa: F401 - fixtures
+from .servers import Server
 from .test_object_faults import FaultyIO
 
 
@@ -33,7 +33,11 @@ def raw_names(store: ObjectStore) -> list[str]:
 # ------------------------------------------------------------------ probe
 @pytest.mark.parametrize(
     ("server_fixture", "protocol"),
-    [("s3_server", "s3-conditional"), ("gcs_server", "gcs-generation"), ("memory_server", "create-only")],
+    [
+        ("s3_server", "s3-conditional"),
+        ("gcs_server", "gcs-generation"),
+        ("memory_server", "create-only"),
+    ],
 )
 def test_the_probe_picks_the_strongest_protocol(
     request: pytest.FixtureRequest, server_fixture: str, protocol: str
@@ -63,9 +67,7 @@ def test_a_missing_bucket_is_reported(s3_server: Server) -> None:
         vsqs.Queue("s3://no-such-bucket/q", storage_options=s3_server.storage_options)
 
 
-@pytest.mark.parametrize(
-    ("url", "extra"), [("s3://bucket/q", "s3"), ("gs://bucket/q", "gcs")]
-)
+@pytest.mark.parametrize(("url", "extra"), [("s3://bucket/q", "s3"), ("gs://bucket/q", "gcs")])
 def test_a_missing_package_names_the_extra_to_install(url: str, extra: str) -> None:
     package = {"s3": "s3fs", "gcs": "gcsfs"}[extra]
     code = (

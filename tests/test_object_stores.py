@@ -13,8 +13,8 @@ from vsqs._store_object import ObjectStore
 
 from . import _workers
 from .queue_tests import QueueTests
+from .servers import Server
 from .test_processes import check_race, run_race
-from .servers import Server, gcs_server, memory_server, s3_server  # noqa: F401 - fixtures
 
 
 class ObjectStoreTests(QueueTests):

@@ -81,7 +81,7 @@ def _object_store(scheme: str, url: str, storage_options: dict[str, Any]) -> Sto
     except ValueError as exc:  # fsspec: "Protocol not known"
         raise UnsupportedStore(f"no vsqs backend for {scheme}:// URLs: {exc}") from None
     path = path.rstrip("/")
-    head, _, name = path.rpartition("/")
+    head = path.rpartition("/")[0]
     bucketed = scheme in _BUCKETED
     if bucketed and not head:
         raise InvalidQueueName(f"{url}: name a queue inside the bucket ({scheme}://bucket/queue)")
