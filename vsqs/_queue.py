@@ -424,6 +424,12 @@ class Queue:
     def __repr__(self) -> str:
         return f"vsqs.Queue({self.url!r})"
 
+    @property
+    def protocol(self) -> str:
+        """How claims are made exclusive here: ``"atomic-rename"`` on directories,
+        or the object-store protocol the capability probe chose (docs/protocol.md)."""
+        return self._store.protocol
+
     # -------------------------------------------------------------- publish
     def _publish(
         self, message_id: str, data: bytes, final: str, *, replace_new: bool = False

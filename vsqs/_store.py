@@ -51,6 +51,11 @@ class Store(ABC):
     def sibling(self, name: str) -> Store:
         """The store of the queue called ``name`` next to this one (validated name)."""
 
+    @property
+    def protocol(self) -> str:
+        """How this store makes claims exclusive (object stores: as probed)."""
+        return "atomic-rename" if self.atomic_rename else "none"
+
     def exclusive_claims(self) -> bool:
         """Whether claims are exclusive here (``atomic_rename``; probed on object stores)."""
         return self.atomic_rename

@@ -369,11 +369,11 @@ class ObjectStore(Store):
             return
         except FileExistsError:
             pass
-        except OSError:
+        except OSError as exc:
             try:
                 mine = self.io.get(marker) == claim
             except FileNotFoundError:
-                raise  # the create did not happen: nothing to undo
+                raise exc from None  # the create did not happen: nothing to undo
             if mine:
                 return
             raise FileNotFoundError(marker) from None
