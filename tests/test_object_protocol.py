@@ -241,3 +241,18 @@ def test_other_prefixes_and_nested_keys_are_not_part_of_a_queue(s3_server: Serve
         nested.create("sub/1700000000000-0000-0123456789abcdef", b"nested")
         assert q.receive() is None
         assert "sub/1700000000000-0000-0123456789abcdef" not in raw_names(store)
+
+
+def test_a_foreign_name_sharing_an_id_does_not_complete_a_move(
+    memory_server: Server,
+) -> None:
+    """A foreign object whose name starts with a message's id is no copy of it:
+    a move in progress must not be taken for finished because of it."""
+    store = object_store(memory_server)
+    with vsqs.Queue(store) as q:
+        sent = q.send(b"x")
+    target = names.invisible_name(sent, 1_700_000_000_000, 1)
+    store.io.create(sent + MOVED_SUFFIX, f"{target}\nslow-client".encode())
+    store.io.create(sent + ".notes", b"theirs")
+    assert [n for n in store.list() if names.parse(n)] == []  # in transition
+    assert sent in raw_names(store), "the source of a move in progress was deleted"

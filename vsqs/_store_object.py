@@ -253,9 +253,10 @@ class ObjectStore(Store):
         }
         if not markers:
             return [n for n, _ in group]
-        present = {n for n, _ in group if not n.endswith(MOVED_SUFFIX)}
-        live = [n for n, _ in group if n in present and n not in markers]
-        shown = live
+        marker_names = {source + MOVED_SUFFIX for source in markers}
+        present = {n for n, _ in group}
+        shown = [n for n, _ in group if n not in markers and n not in marker_names]
+        live = [n for n in shown if _movable(n)]  # not foreign names that share the id
         for source, modified in markers.items():
             marker = source + MOVED_SUFFIX
             if source not in present:
