@@ -12,7 +12,7 @@ import pytest
 
 import vsqs
 from vsqs import _names as names
-from vsqs import _store_object
+from vsqs import _store_object, _store_s3
 from vsqs._registry import open_store
 from vsqs._store_object import MOVED_SUFFIX, ObjectStore
 
@@ -256,3 +256,24 @@ def test_a_foreign_name_sharing_an_id_does_not_complete_a_move(
     store.io.create(sent + ".notes", b"theirs")
     assert [n for n in store.list() if names.parse(n)] == []  # in transition
     assert sent in raw_names(store), "the source of a move in progress was deleted"
+
+
+# -------------------------------------------------------------------- clocks
+def test_the_probe_measures_the_clock_offset_to_the_store(s3_server: Server) -> None:
+    store = object_store(s3_server)
+    offset = store.capabilities.clock_offset
+    assert offset is not None and abs(offset) < 1.5  # moto runs on this host's clock
+
+
+def test_a_host_clock_far_from_the_stores_is_warned_about(
+    s3_server: Server, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    class SkewedTime:
+        @staticmethod
+        def time() -> float:
+            return time.time() - 30  # this host runs 30 s behind the store
+
+    monkeypatch.setattr(_store_s3, "time", SkewedTime)
+    found = object_store(s3_server)._run_probe()  # the cached probe ran on the true clock
+    assert found.clock_offset is not None and 29 < found.clock_offset < 31
+    assert "clock is -30.0 s off the store's" in caplog.text

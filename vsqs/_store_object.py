@@ -32,6 +32,7 @@ import time
 from abc import ABC, abstractmethod
 from collections import Counter, OrderedDict
 from collections.abc import Hashable, Iterable, Iterator
+from dataclasses import dataclass
 from itertools import count
 from typing import ClassVar
 
@@ -127,6 +128,10 @@ class ObjectIO(ABC):
         """Whether a delete with a wrong tag is refused (``name`` exists)."""
         return False
 
+    def clock_offset(self) -> float | None:
+        """The store's clock minus this host's, in seconds, if the store tells (one request)."""
+        return None
+
     @abstractmethod
     def sibling(self, name: str) -> ObjectIO:
         """The adapter of the queue ``name`` next to this one."""
@@ -135,8 +140,21 @@ class ObjectIO(ABC):
         """Release the client session if this adapter owns one."""
 
 
-#: Probe results per (adapter class, bucket): exclusive create, conditional delete.
-_PROBED: dict[Hashable, tuple[bool, bool]] = {}
+#: A host whose clock is further than this (seconds) from the store's is warned about.
+CLOCK_WARNING = 2.0
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What the probe found about one bucket of one endpoint."""
+
+    exclusive_create: bool
+    conditional_delete: bool
+    #: The store's clock minus this host's (seconds, about ±0.5 s), if the store tells.
+    clock_offset: float | None
+
+
+_PROBED: dict[Hashable, Capabilities] = {}
 _PROBE_LOCK = threading.Lock()
 
 
@@ -163,14 +181,16 @@ class ObjectStore(Store):
         self._attempts = count()
 
     # ---------------------------------------------------------------- probe
-    def _probe(self) -> tuple[bool, bool]:
+    @property
+    def capabilities(self) -> Capabilities:
+        """The probe's findings, probed at the first call per bucket and process."""
         with _PROBE_LOCK:
             known = _PROBED.get(self.io.probe_scope)
             if known is None:
                 known = _PROBED[self.io.probe_scope] = self._run_probe()
             return known
 
-    def _run_probe(self) -> tuple[bool, bool]:
+    def _run_probe(self) -> Capabilities:
         name = f"vsqs-probe.{secrets.token_hex(8)}"
         tag = self.io.create(name, b"1")
         try:
@@ -185,18 +205,26 @@ class ObjectStore(Store):
             self.io.remove([name])
         if not exclusive:
             log.warning("%s: this store overwrites on create: claims cannot be exclusive", self.url)
-        return exclusive, conditional
+        offset = self.io.clock_offset()
+        if offset is not None and abs(offset) > CLOCK_WARNING:
+            log.warning(
+                "%s: this host's clock is %+.1f s off the store's; visibility timeouts "
+                "shared with other hosts are off by as much (docs/protocol.md)",
+                self.url,
+                -offset,
+            )
+        return Capabilities(exclusive, conditional, offset)
 
     def exclusive_claims(self) -> bool:
-        return self._probe()[0]
+        return self.capabilities.exclusive_create
 
     @property
     def protocol(self) -> str:
         """The strongest protocol the store supports, as probed (see ``docs/protocol.md``)."""
-        exclusive, conditional = self._probe()
-        if not exclusive:
+        found = self.capabilities
+        if not found.exclusive_create:
             return "none"
-        return "s3-conditional" if conditional else self.io.exclusive_create_via
+        return "s3-conditional" if found.conditional_delete else self.io.exclusive_create_via
 
     # ------------------------------------------------------------ container
     def ensure(self, create: bool) -> bool:

@@ -10,7 +10,9 @@ page (1 000 keys, in key order) so a receiver stops at the head of a backlog.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 from ._store_fsspec import FsspecObjects
@@ -99,6 +101,18 @@ class S3Objects(FsspecObjects):
                 continue
             failed.extend(error["Key"][len(self.prefix) :] for error in response.get("Errors", ()))
         return failed
+
+    def clock_offset(self) -> float | None:
+        """From the ``Date`` header of a ``HEAD`` of the bucket (whole seconds)."""
+        self.count("head")
+        before = time.time()
+        response = self._call("head_bucket")
+        after = time.time()
+        date = response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+        if not date:
+            return None
+        # The header truncates to the second: the server's time was in [date, date + 1).
+        return parsedate_to_datetime(date).timestamp() + 0.5 - (before + after) / 2
 
     def probe_conditional_delete(self, name: str, tag: str | None) -> bool:
         try:
