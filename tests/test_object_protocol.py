@@ -83,6 +83,12 @@ def test_a_missing_package_names_the_extra_to_install(url: str, extra: str) -> N
     assert f"pip install 'vsqs[{extra}]'" in out.stdout
 
 
+def test_a_protocol_without_its_package_says_which_one() -> None:
+    """A protocol vsqs has no extra for: fsspec's own hint names the package."""
+    with pytest.raises(vsqs.UnsupportedStore, match="Install adlfs"):
+        vsqs.Queue("abfs://container/q")
+
+
 @pytest.mark.parametrize(
     "url", ["s3://bucket", "s3://bucket/", "s3://bucket/../x", "gs://b/q/..", "nosuchscheme://b/q"]
 )

@@ -63,21 +63,25 @@ def _check_components(url: str) -> None:
 
 
 def _object_store(scheme: str, url: str, storage_options: dict[str, Any]) -> Store:
-    package, extra = _PACKAGES.get(scheme.rpartition("::")[2], (None, "s3"))
-    install = f"pip install 'vsqs[{extra}]'"
+    package, extra = _PACKAGES.get(scheme, (None, None))
     try:
         import fsspec
         import fsspec.core
     except ImportError:
-        raise UnsupportedStore(f"{scheme}:// queues need fsspec: {install}") from None
+        hint = f"pip install 'vsqs[{extra}]'" if extra else "pip install fsspec"
+        raise UnsupportedStore(f"{scheme}:// queues need fsspec: {hint}") from None
     _check_components(url)
     options = dict(storage_options)
     if scheme in _PACKAGES:
         options.setdefault("use_listings_cache", False)
     try:
         fs, path = fsspec.core.url_to_fs(url, **options)
-    except ImportError:
-        raise UnsupportedStore(f"{scheme}:// queues need {package or scheme}: {install}") from None
+    except ImportError as exc:
+        if package is None:  # fsspec's message names the package of its protocol
+            raise UnsupportedStore(f"{scheme}:// queues: {exc}") from None
+        raise UnsupportedStore(
+            f"{scheme}:// queues need {package}: pip install 'vsqs[{extra}]'"
+        ) from None
     except ValueError as exc:  # fsspec: "Protocol not known"
         raise UnsupportedStore(f"no vsqs backend for {scheme}:// URLs: {exc}") from None
     path = path.rstrip("/")
