@@ -53,6 +53,11 @@ YOUNG_MS = 50
 #: before looking again; one woken by changes that brought it nothing, at
 #: most this long before waiting again.
 BACKOFF = 0.001
+#: On stores where a lost claim costs requests (object stores), the first loss
+#: already skips up to 2**COSTLY_SPREAD candidates ahead (then twice as far per
+#: loss in a row, up to 64): measured on moto with 4 consumers, lost claims
+#: fell from 1.2 to 0.2 per message.
+COSTLY_SPREAD = 4
 #: A receiver with an arrival feed reads it at least every FEED_EVERY claims.
 FEED_EVERY = 64
 #: On stores that list in order (object stores), a listing stops once it has
@@ -675,14 +680,16 @@ class Queue:
         try:
             self._store.rename(name, held)
         except (FileNotFoundError, FileExistsError):
-            # Another consumer took it. After the second loss in a row, skip
-            # ahead a random, growing distance: consumers sharing one view
+            # Another consumer took it. After the second loss in a row (on
+            # stores where losses are costly, the first), skip ahead a
+            # random, growing distance: consumers sharing one view
             # would otherwise all fight for the same head message. A lone
             # consumer (whose only losses are its own stale names) stays FIFO;
             # skipped names come back when the others ran out (with a feed)
             # or at the next listing, if nobody took them.
             c.losses += 1
-            skip = random.randrange(min(1 << (c.losses - 1), 64))
+            spread = c.losses + (COSTLY_SPREAD if self._store.lost_claims_are_costly else -1)
+            skip = random.randrange(min(1 << spread, 64))
             c.skip(skip)
             log.debug("%s: lost a claim race; skipping %d candidates", self.url, skip)
             return None

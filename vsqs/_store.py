@@ -35,6 +35,9 @@ class Store(ABC):
     #: ``list`` yields names in ascending order, lazily: a receiver may stop
     #: reading it once it has enough candidates (object stores, page by page).
     lists_in_order: ClassVar[bool] = False
+    #: A lost claim costs requests to a server (object stores), so receivers
+    #: that lose one spread further over the head of the queue at once.
+    lost_claims_are_costly: ClassVar[bool] = False
 
     url: str
 

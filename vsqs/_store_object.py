@@ -169,6 +169,7 @@ class ObjectStore(Store):
     durable = True  # an acknowledged PUT is on the store's stable storage
     shared = True
     lists_in_order = True
+    lost_claims_are_costly = True
 
     def __init__(self, io: ObjectIO) -> None:
         self.io = io
