@@ -6,11 +6,12 @@ measures, in the same run:
 * the requests each operation makes, counted by vsqs's request adapter: send,
   receive (claim + body), delete, and the listings per receive on a small and
   a large backlog (they must not grow with the backlog);
-* vsqs's throughput (send; receive + delete with one consumer; four consumer
-  processes) against a raw loop of the same requests through the same s3fs
-  client with no queue logic (``put_object`` for a send; ``put_object``,
-  ``cat_file``, ``copy_object``, ``delete_objects``, ``delete_object`` for a
-  receive + delete). moto is slow and single-process, so only the ratios
+* vsqs's throughput (send; receive + delete with one consumer; four and
+  eight consumer processes, with their requests per message) against a raw
+  loop of the same requests through the same s3fs client with no queue
+  logic (``put_object`` for a send; ``put_object``, ``cat_file``,
+  ``copy_object``, ``delete_objects``, ``delete_object`` for a receive +
+  delete). moto is slow and single-process, so only the ratios
   mean anything; real S3 is bound by its round-trip time instead.
 
     python benchmarks/bench_s3.py            # default sizes, about a minute
@@ -152,25 +153,32 @@ def vsqs_lifecycle(options: dict[str, Any], count: int) -> tuple[float, float]:
     return send, receive
 
 
-def _consume(url: str, options: dict[str, Any], go: Any, taken: Any) -> None:
+def _consume(url: str, options: dict[str, Any], go: Any, taken: Any, requests: Any) -> None:
     with vsqs.Queue(url, storage_options=options) as q:
+        requests_of(q).clear()
         go.wait()
         while True:
             msgs = q.receive_batch(10)
             if not msgs:
-                return
+                break
             for msg in msgs:
                 msg.delete()
             with taken.get_lock():
                 taken.value += len(msgs)
+        with requests.get_lock():
+            requests.value += sum(requests_of(q).values())
 
 
-def consumers(options: dict[str, Any], count: int, processes: int) -> float:
+def consumers(options: dict[str, Any], count: int, processes: int) -> tuple[float, float]:
+    """µs per message and requests per message of ``processes`` racing consumers."""
     url = fresh_url()
     with vsqs.Queue(url, storage_options=options) as q:
         q.send_batch([BODY] * count)
-    go, taken = ctx.Event(), ctx.Value("i", 0)
-    procs = [ctx.Process(target=_consume, args=(url, options, go, taken)) for _ in range(processes)]
+    go, taken, requests = ctx.Event(), ctx.Value("i", 0), ctx.Value("i", 0)
+    procs = [
+        ctx.Process(target=_consume, args=(url, options, go, taken, requests))
+        for _ in range(processes)
+    ]
     for proc in procs:
         proc.start()
     time.sleep(3)  # let the interpreters start
@@ -180,7 +188,7 @@ def consumers(options: dict[str, Any], count: int, processes: int) -> float:
         proc.join(600)
     elapsed = time.perf_counter() - start
     assert taken.value == count, f"{taken.value} of {count} taken"
-    return elapsed / count * 1e6
+    return elapsed / count * 1e6, requests.value / count
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         large = count_requests(options, 200 if args.quick else 3000)
         raw_send, raw_receive = raw_lifecycle(options, count)
         send, receive = vsqs_lifecycle(options, count)
-        four = consumers(options, count, 4)
+        four, four_requests = consumers(options, count, 4)
+        eight, eight_requests = consumers(options, count, 8)
     finally:
         assert process.stdin is not None
         process.stdin.close()
@@ -210,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
         "receive_delete_us": receive,
         "raw_receive_delete_us": raw_receive,
         "four_consumers_us": four,
+        "four_consumers_requests": four_requests,
+        "eight_consumers_us": eight,
+        "eight_consumers_requests": eight_requests,
     }
     print(f"requests per operation (backlog {small['backlog']} / {large['backlog']}):")
     for op in ("send", "first_receive", "receive", "delete"):
@@ -222,7 +234,11 @@ def main(argv: list[str] | None = None) -> int:
         f"receive+delete   {receive:8.0f} µs/msg   raw {raw_receive:8.0f}   "
         f"ratio {receive / raw_receive:.2f}"
     )
-    print(f"4 consumers      {four:8.0f} µs/msg   ({1e6 / four:.0f} msg/s)")
+    for n, us, reqs in ((4, four, four_requests), (8, eight, eight_requests)):
+        print(
+            f"{n} consumers      {us:8.0f} µs/msg   ({1e6 / us:.0f} msg/s, "
+            f"{reqs:.1f} requests per received + deleted message)"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1) + "\n")
     return 0
