@@ -3,6 +3,7 @@ named windows of ``docs/protocol.md`` forced one at a time, and bad input."""
 
 from __future__ import annotations
 
+import multiprocessing
 import re
 import subprocess
 import sys
@@ -221,6 +222,86 @@ def test_a_young_marker_hides_its_message_until_the_move_finishes(
     assert raw_names(store) == sorted([names.CONFIG_NAME, target, sent + MOVED_SUFFIX])
     store.close()  # deletes the spent marker
     assert raw_names(store) == sorted([names.CONFIG_NAME, target])
+
+
+def test_forked_clients_write_different_markers(memory_server: Server) -> None:
+    """Window "fork": a forked child inherits its parent's store, token and
+    attempt counter; its markers must still differ from the parent's, or both
+    would read the same marker back as their own."""
+    store = object_store(memory_server)
+    ctx = multiprocessing.get_context("fork")
+    reader, writer = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=lambda: writer.send(store._claim("t")))
+    child.start()
+    from_child = reader.recv()
+    child.join()
+    assert from_child != store._claim("t")  # the same attempt number in both
+
+
+def test_a_split_listing_never_drops_an_uncopied_source(memory_server: Server) -> None:
+    """Window "paged listing": pages are taken at different times, so an id's
+    group can show a marked source next to another live name while the
+    marker's target is missing. The source must not be taken for copied."""
+    old = time.time() - 2 * _store_object.FINISH_AFTER
+    store = object_store(memory_server)
+    vsqs.Queue(store).close()
+    message_id = "1700000000000-0000-0123456789abcdef"
+    target = names.invisible_name(message_id, 1_700_000_009_000, 2)
+    other = names.invisible_name(message_id, 1_700_000_001_000, 1)
+    store.io.create(message_id, b"body")
+    store.io.create(message_id + MOVED_SUFFIX, f"{target}\nother-client".encode())
+    group = [(message_id, None), (other, None), (message_id + MOVED_SUFFIX, old)]
+    assert store._settle(group) == []  # in transition: nothing shown
+    assert message_id in raw_names(store), "an uncopied source was deleted"
+
+
+def test_a_late_ack_loses_to_a_claim_in_progress(memory_server: Server) -> None:
+    """Window "late ack": a receipt past its expiry is being claimed again
+    (the claimer's marker is made, its copy not yet). The holder's ack must
+    fail, or the new claimer would deliver an acknowledged message."""
+    store = object_store(memory_server)
+    with vsqs.Queue(store) as q:
+        q.send(b"x")
+        msg = q.receive(visibility_timeout=0.1)
+        assert msg is not None
+        time.sleep(0.2)
+        claimer = ObjectStore(store.io)
+        claimed = names.invisible_name(msg.id, int(time.time() * 1000) + 60_000, 2)
+        claimer._create_marker(msg.receipt + MOVED_SUFFIX, claimer._claim(claimed))
+        with pytest.raises(vsqs.ReceiptExpired):
+            msg.delete()
+        claimer._move(msg.receipt, claimed, msg.receipt + MOVED_SUFFIX)
+        again = q.receive()
+        assert again is None or again.id != msg.id  # held by the claimer now
+    assert claimed in store.list()
+
+
+@pytest.mark.parametrize("lost", [2, 3, 4], ids=["read", "copy", "delete"])
+def test_an_ack_after_a_failed_extend_is_refused(
+    memory_server: Server, monkeypatch: pytest.MonkeyPatch, lost: int
+) -> None:
+    """Window "failed extend": an extend that failed after its marker may be
+    finished by any lister, under the new name. Acking the old receipt then
+    must fail, or the new name would outlive the ack."""
+    store = object_store(memory_server)
+    with vsqs.Queue(store) as q:
+        q.send(b"x")
+    faulty = FaultyIO(store.io, "lost", None)
+    with vsqs.Queue(ObjectStore(faulty)) as q:
+        msg = q.receive(visibility_timeout=60)
+        assert msg is not None
+        receipt = msg.receipt
+        # requests of the extend: 1 marker, 2 read, 3 copy, 4 delete
+        faulty.calls[0], faulty.fault_at = 0, lost
+        with pytest.raises(vsqs.VsqsError):
+            msg.extend(120)
+        faulty.fault_at = None
+        with pytest.raises(vsqs.ReceiptExpired):
+            q.delete(receipt)
+    monkeypatch.setattr(_store_object, "FINISH_AFTER", -1.0)
+    list(store.list())  # finishes the move if need be
+    live = [n for n in store.list() if n.startswith(msg.id)]
+    assert len(live) == 1, f"the message was lost or has two names: {live}"
 
 
 # ---------------------------------------------------------------- bad input

@@ -26,6 +26,7 @@ bytes. Guarantees hold only on stores whose exclusive create is atomic, which
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import threading
 import time
@@ -48,6 +49,10 @@ MOVED_SUFFIX = ".moved"
 #: not finish is finished by the next client that lists it. Finishing earlier
 #: would be just as safe, but it would race every claim in flight for nothing.
 FINISH_AFTER = 10.0
+#: A receipt whose expiry is further away than this (seconds) is deleted with
+#: one request; closer to its expiry another client may be claiming it (clocks
+#: of hosts differ), so the delete takes the move marker first.
+ACK_MARGIN = 5.0
 #: How often a long poll lists an object store (seconds): listings cost money.
 POLL_INTERVAL = 0.2
 #: Bodies and tags remembered per store between a move and the receiver's read.
@@ -178,6 +183,7 @@ class ObjectStore(Store):
         self._bodies: OrderedDict[str, bytes] = OrderedDict()
         self._tags: OrderedDict[str, str | None] = OrderedDict()
         self._spent: dict[str, None] = {}  # markers whose source is gone (ordered set)
+        self._uncertain: set[str] = set()  # names whose move failed after its marker
         self._token = secrets.token_hex(8)
         self._attempts = count()
 
@@ -268,8 +274,9 @@ class ObjectStore(Store):
         any name of the id is shown, so no name is ever claimable while an
         older copy of its message exists:
 
-        * a marker whose source is gone is spent: collected;
-        * a marked source next to a live name of the id was copied already:
+        * a marker whose source is gone is spent: collected once older than
+          ``FINISH_AFTER`` (a listing of several pages may miss a newer source);
+        * a marked source whose marker's target is listed was copied already:
           deleted (then its marker);
         * a marked source alone, marked more than ``FINISH_AFTER`` ago: its
           move is finished (copy, delete); younger, the id is in transition
@@ -288,15 +295,19 @@ class ObjectStore(Store):
         live = [n for n in shown if _movable(n)]  # not foreign names that share the id
         for source, modified in markers.items():
             marker = source + MOVED_SUFFIX
+            old = modified is not None and time.time() - modified > FINISH_AFTER
             if source not in present:
-                self._collect([marker])
-            elif live:
-                if not self._finish(source, None):
+                # Spent, unless the listing (pages taken at different times)
+                # missed a source created after its page: only old ones.
+                if old:
+                    self._collect([marker])
+            elif live and self._marker_target(marker) in present:
+                if not self._finish(source, None):  # its copy exists: drop the source
                     shown = []
             else:
-                if modified is not None and time.time() - modified > FINISH_AFTER:
+                if old and not live:
                     self._finish(source, self._marker_target(marker))
-                shown = []  # listed again next time, complete
+                shown = []  # in transition: listed again next time
         return shown
 
     def _marker_target(self, marker: str) -> str | None:
@@ -358,8 +369,21 @@ class ObjectStore(Store):
 
     def rename(self, src: str, dst: str) -> None:
         marker = src + MOVED_SUFFIX
-        claim = f"{dst}\n{self._token}-{next(self._attempts)}".encode()
-        self._create_marker(marker, claim)
+        self._create_marker(marker, self._claim(dst))
+        try:
+            self._move(src, dst, marker)
+        except BaseException:
+            with self._lock:  # committed, outcome unknown: src is no plain receipt now
+                self._uncertain.add(src)
+            raise
+
+    def _claim(self, target: str) -> bytes:
+        """A marker's content: the target ('' for a delete) and a token unique to
+        this attempt (the pid keeps forked processes sharing a token apart)."""
+        return f"{target}\n{self._token}-{os.getpid()}-{next(self._attempts)}".encode()
+
+    def _move(self, src: str, dst: str, marker: str) -> None:
+        """Steps 2-4 of a rename whose marker this client created."""
         try:
             body = self.io.get(src)
         except FileNotFoundError:
@@ -418,10 +442,29 @@ class ObjectStore(Store):
         return True
 
     def delete(self, name: str) -> None:
+        """Delete a message name, ordered with moves of it.
+
+        A receipt whose expiry is more than ``ACK_MARGIN`` away cannot be moved
+        by anyone else yet (hosts' clocks agree within that), so it is deleted
+        with one request. Otherwise (and for ready names, and a receipt whose
+        move by this client failed midway) the delete is a move to nowhere:
+        its marker makes it exclusive with claims of the same name.
+        """
         with self._lock:
             tag = self._tags.pop(name, None)
             self._bodies.pop(name, None)
-        self.io.delete(name, tag)
+            uncertain = name in self._uncertain
+            self._uncertain.discard(name)
+        parsed = names.parse(name)
+        movable = parsed is not None and parsed.state != names.NEW  # claims can race it
+        far = parsed is not None and (parsed.expiry_ms or 0) / 1000 - time.time() > ACK_MARGIN
+        if not uncertain and (far or not movable):
+            self.io.delete(name, tag)
+            return
+        marker = name + MOVED_SUFFIX
+        self._create_marker(marker, self._claim(""))  # FileNotFoundError: moved by another
+        self.io.delete(name, tag)  # FileNotFoundError: gone before our marker, or finished
+        self._collect([marker])
 
     # -------------------------------------------------------------- changes
     def change_token(self) -> Hashable:
