@@ -1,0 +1,96 @@
+"""Process a queue at least once with Spark: claim on the driver, delete after the sink."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .._errors import ReceiptExpired
+from .._queue import Message, Queue
+from ._read import SCHEMA
+
+log = logging.getLogger("vsqs")
+
+
+@dataclass(frozen=True)
+class ConsumeReport:
+    """What :func:`consume` did."""
+
+    batches: int
+    messages: int
+    #: Messages whose receipt had expired when their batch succeeded: somebody
+    #: else may hold them now, and they are delivered again (at least once).
+    expired: int
+
+
+def consume(
+    spark: Any,
+    url: str,
+    process: Callable[[Any, int], object],
+    *,
+    max_messages: int = 1000,
+    visibility_timeout: float | None = None,
+    wait: float = 0.0,
+    max_batches: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> ConsumeReport:
+    """Call ``process(df, batch_id)`` on batches of received messages until the queue is empty.
+
+    The driver receives up to ``max_messages`` (claims: nobody else receives
+    them for ``visibility_timeout`` seconds) and hands them to ``process`` as a
+    DataFrame with the columns of ``spark.read.format("vsqs")`` (``state`` is
+    ``in_flight``). Only when ``process`` returns are they deleted. If it
+    raises, they are released (visible again at once) and the exception
+    propagates: nothing is lost and nothing is deleted early. A message whose
+    receipt expired while ``process`` ran is not deleted and comes again, so
+    delivery is at least once: make ``process`` idempotent or give it a
+    visibility timeout longer than a batch takes.
+
+    Stops when a receive (waiting up to ``wait`` seconds) finds nothing, or
+    after ``max_batches`` batches.
+    """
+    batches = messages = expired = 0
+    with Queue(url, storage_options=storage_options, create=False) as queue:
+        while max_batches is None or batches < max_batches:
+            got = queue.receive_batch(
+                max_messages, visibility_timeout=visibility_timeout, wait=wait
+            )
+            if not got:
+                break
+            frame = spark.createDataFrame([_row(m) for m in got], SCHEMA)
+            try:
+                process(frame, batches)
+            except BaseException:
+                _release(got)
+                raise
+            for message in got:
+                try:
+                    message.delete()
+                except ReceiptExpired:
+                    expired += 1
+            batches += 1
+            messages += len(got)
+    if expired:
+        log.warning("%s: %d receipts expired before their batch succeeded", url, expired)
+    return ConsumeReport(batches, messages, expired)
+
+
+def _row(message: Message) -> tuple[Any, ...]:
+    return (
+        message.id,
+        message.sent_at,
+        message.body,
+        "in_flight",
+        message.receive_count,
+        message.visible_at,
+    )
+
+
+def _release(got: list[Message]) -> None:
+    for message in got:
+        try:
+            message.release()
+        except Exception as exc:  # it comes back at its expiry anyway
+            log.warning("%s: could not release after a failed batch: %s", message.id, exc)

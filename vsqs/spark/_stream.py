@@ -1,0 +1,143 @@
+"""``spark.readStream.format("vsqs")``: the messages of a queue as they become ready.
+
+The stream does not receive or delete anything: it is a tail of the queue,
+read alongside its consumers. Every message has a *ready key*
+``(ready_ms, id)``: the ms at which it became visible (its send time from the
+id, or the end of its delay for a delayed send) and its id. The offset is the
+last key delivered; each micro-batch yields the messages whose keys follow it.
+
+Keys must not land behind an offset already delivered, or their messages
+would be skipped for good. Two rules keep late messages in:
+
+* **settle window**: a key is offered only once its ``ready_ms`` is
+  ``settleSeconds`` (default 5 s) in the past, which covers a send that took
+  its id before a slow upload, and producer clocks behind the reader's by up
+  to the window;
+* **sends under way**: while a ``<id>.new`` name (a send or a Spark write being
+  staged, younger than the queue's one-hour garbage-collection grace) is
+  listed, the offset stops before its id: the message will land with that id.
+
+Messages that keep an old id when they arrive (dead-lettered, redriven) are
+not offered again: a tail follows sends. To process a queue, consume it
+(``vsqs.spark.consume``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from .. import _names as names
+from .._queue import DEFAULT_NEW_GRACE
+from ._options import Options
+from ._read import NamesPartition, open_existing, read_partition, split
+
+if TYPE_CHECKING:
+    import pyarrow
+
+Key = tuple[int, str]
+EARLIEST: Key = (-1, "")
+
+
+def ready_key(parsed: names.Name) -> Key:
+    """When a message became visible, and its id: the order of the stream."""
+    if parsed.state == names.INVISIBLE and parsed.receive_count == 0:
+        assert parsed.expiry_ms is not None
+        return parsed.expiry_ms, parsed.id  # a delayed send
+    return names.id_ms(parsed.id), parsed.id
+
+
+def _offset(key: Key) -> dict[str, Any]:
+    return {"ready_ms": key[0], "id": key[1]}
+
+
+def _key(offset: dict[str, Any]) -> Key:
+    return int(offset["ready_ms"]), str(offset["id"])
+
+
+class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Driver side: listing and offsets; executors only read (see :mod:`._read`)."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self._target: Key | None = None  # Trigger.AvailableNow: never past this
+        self._listed: list[tuple[Key, str]] = []  # the last listing, by key
+
+    def _list(self) -> list[tuple[Key, str]]:
+        """Keys and names of the messages that may be offered now, in key order."""
+        now_ms = int(time.time() * 1000)
+        horizon = now_ms - int(self.options.settle_seconds * 1000)
+        grace_cutoff = now_ms - int(DEFAULT_NEW_GRACE * 1000)
+        store = open_existing(self.options)
+        try:
+            found, pending = [], None
+            for name in store.list():
+                parsed = names.parse(name)
+                if parsed is None:
+                    continue
+                if parsed.state == names.NEW:
+                    key = (names.id_ms(parsed.id), parsed.id)
+                    if key[0] > grace_cutoff and (pending is None or key < pending):
+                        pending = key
+                    continue
+                key = ready_key(parsed)
+                if key[0] <= horizon:
+                    found.append((key, name))
+        finally:
+            store.close()
+        found.sort()
+        if pending is not None:
+            found = [entry for entry in found if entry[0] < pending]
+        if self._target is not None:
+            found = [entry for entry in found if entry[0] <= self._target]
+        self._listed = found
+        return found
+
+    def initialOffset(self) -> dict[str, Any]:
+        if self.options.starting_offsets == "latest":
+            found = self._list()
+            return _offset(found[-1][0] if found else EARLIEST)
+        return _offset(EARLIEST)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_messages_per_batch is None:
+            return ReadAllAvailable()
+        return ReadMaxRows(self.options.max_messages_per_batch)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        found = self._list()
+        self._target = found[-1][0] if found else EARLIEST
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        after = _key(start)
+        new = [key for key, _ in self._list() if key > after]
+        if isinstance(limit, ReadMaxRows):
+            new = new[: limit.max_rows]
+        return _offset(new[-1]) if new else start
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        low, high = _key(start), _key(end)
+        if high <= low:
+            return []
+        listed = self._listed
+        if not listed or listed[-1][0] < high:  # a restart re-plans a logged batch
+            listed = self._list()
+        wanted = [name for key, name in listed if low < key <= high]
+        return list(split(wanted, int(time.time() * 1000), self.options.num_partitions))
+
+    def read(self, partition: InputPartition) -> Iterator[pyarrow.RecordBatch]:
+        assert isinstance(partition, NamesPartition)
+        return read_partition(self.options, partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        high = _key(end)
+        self._listed = [entry for entry in self._listed if entry[0] > high]

@@ -1,0 +1,116 @@
+"""``df.write.format("vsqs").mode("append").save(url)``: one message per row.
+
+Tasks stage each row as ``<id>.new`` (invisible to receivers) and report the
+ids; the driver's commit renames every staged name to its final name once
+all tasks succeeded, so a failed job publishes nothing. A failed task removes
+what it staged; staged names a crash leaves behind are removed by the
+queue's garbage collection after its grace period (one hour), like any
+crashed sender's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
+from dataclasses import dataclass
+
+from pyspark.sql import Row
+from pyspark.sql.datasource import DataSourceWriter, WriterCommitMessage
+from pyspark.sql.types import BinaryType, StringType, StructType
+
+from .. import _names as names
+from .._errors import InvalidArgument, InvalidBody
+from .._queue import Queue
+from .._store import Store
+from ._options import Options
+from ._read import open_existing
+
+#: Renames in flight at once during an object-store commit (each is several requests).
+COMMIT_THREADS = 16
+
+
+@dataclass
+class Staged(WriterCommitMessage):
+    """The ids one task staged as ``<id>.new``."""
+
+    ids: list[str]
+
+
+class QueueWriter(DataSourceWriter):
+    """Appends rows to a queue; see the module docstring for what is atomic."""
+
+    def __init__(self, options: Options, schema: StructType) -> None:
+        field = next((f for f in schema.fields if f.name.lower() == "body"), None)
+        if field is None or not isinstance(field.dataType, BinaryType | StringType):
+            raise InvalidArgument(
+                "writing to a vsqs queue needs a 'body' column of binary or string type"
+            )
+        self.options = options
+        self.column = field.name
+        # Make the queue (and its config) on the driver, before any task runs.
+        Queue(options.url, storage_options=options.storage).close()
+
+    def write(self, iterator: Iterator[Row]) -> Staged:
+        store = open_existing(self.options)
+        ids = names.ids
+        staged: list[str] = []
+        try:
+            for row in iterator:
+                body = row[self.column]
+                if isinstance(body, str):
+                    body = body.encode()
+                elif body is None:
+                    raise InvalidBody("a row's body is null: every message needs a body")
+                while True:
+                    message_id = ids.next_id(int(time.time() * 1000))
+                    try:
+                        store.write_new(names.new_name(message_id), bytes(body), fsync=False)
+                    except FileExistsError:
+                        continue
+                    staged.append(message_id)
+                    break
+            if self.options.durable:
+                store.sync_files(names.new_name(i) for i in staged)
+            return Staged(staged)
+        except BaseException:
+            _unstage(store, staged)
+            raise
+        finally:
+            store.close()
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        store = open_existing(self.options)
+        delay_ms = int(self.options.delay * 1000)
+        visible_at = int(time.time() * 1000) + delay_ms
+
+        def publish(message_id: str) -> None:
+            final = message_id if not delay_ms else names.invisible_name(message_id, visible_at, 0)
+            store.rename(names.new_name(message_id), final)
+
+        ids = sorted(i for m in messages if isinstance(m, Staged) for i in m.ids)
+        try:
+            if store.atomic_rename:  # a local rename is a system call: no threads
+                for message_id in ids:
+                    publish(message_id)
+            else:
+                with ThreadPoolExecutor(COMMIT_THREADS) as pool:
+                    list(pool.map(publish, ids))
+            if self.options.durable:
+                store.sync_names()
+        finally:
+            store.close()
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        store = open_existing(self.options)
+        try:
+            _unstage(store, [i for m in messages if isinstance(m, Staged) for i in m.ids])
+        finally:
+            store.close()
+
+
+def _unstage(store: Store, staged: list[str]) -> None:
+    for message_id in staged:
+        with suppress(OSError):
+            store.delete(names.new_name(message_id))
