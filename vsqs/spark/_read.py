@@ -47,7 +47,7 @@ SCHEMA = StructType(
 BATCH_ROWS = 4096
 BATCH_BYTES = 32 << 20
 #: Names per partition when ``numPartitions`` is not given.
-NAMES_PER_PARTITION = 5000
+NAMES_PER_PARTITION = 25_000
 MAX_DEFAULT_PARTITIONS = 256
 
 
