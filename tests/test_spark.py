@@ -322,6 +322,20 @@ def test_overwrite_and_a_missing_body_column_are_refused(
         spark.range(3).write.format("vsqs").mode("append").save(str(tmp_path / "q"))
 
 
+def test_a_dataframe_is_written_into_an_s3_queue(spark: SparkSession, s3_server: Server) -> None:
+    url = s3_server.url()
+    frame = spark.range(40).select(F.concat(F.lit("s3 row "), F.col("id")).alias("body"))
+    frame.repartition(2).write.format("vsqs").mode("append").option(
+        "storageOptions", json.dumps(s3_server.storage_options)
+    ).save(url)
+    with vsqs.Queue(url, storage_options=s3_server.storage_options) as q:
+        got = sorted(m.body for m in q.peek(100))
+        store = q._store
+        leftovers = [n for n in store.io.listing() if not names.parse(n[0])]  # type: ignore[attr-defined]
+    assert got == sorted(f"s3 row {i}".encode() for i in range(40))
+    assert [n for n, _ in leftovers] == [names.CONFIG_NAME], "staged names or markers were left"
+
+
 # ------------------------------------------------------------- registration
 def test_register_is_explicit_and_harmless(spark: SparkSession, tmp_path: Path) -> None:
     vsqs.spark.register(spark)
