@@ -38,20 +38,13 @@ from vsqs._store_object import ObjectStore
 BODY = b"x" * 100
 ctx = multiprocessing.get_context("spawn")
 
-_SERVER = """
-import sys
-from moto.server import ThreadedMotoServer
-server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-server.start()
-print(server._server.server_port, flush=True)
-sys.stdin.read()
-server.stop()
-"""
+#: The test suite's moto launcher: prints its OS-chosen port, stops when stdin closes.
+MOTO_SERVER = Path(__file__).resolve().parents[1] / "tests" / "_moto_server.py"
 
 
 def start_moto() -> tuple[subprocess.Popen[str], dict[str, Any]]:
     process = subprocess.Popen(
-        [sys.executable, "-c", _SERVER],
+        [sys.executable, str(MOTO_SERVER)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

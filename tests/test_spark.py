@@ -279,6 +279,26 @@ def test_consume_deletes_only_after_the_sink_succeeded(spark: SparkSession, tmp_
     assert q.stats().ready == q.stats().in_flight == 0
 
 
+def test_consume_counts_receipts_that_expired_during_a_batch(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    q = vsqs.Queue(tmp_path / "q")
+    q.send_batch([b"a", b"b", b"c"])
+
+    taken: list[vsqs.Message] = []
+
+    def slow_sink(df: DataFrame, batch_id: int) -> None:
+        df.count()
+        time.sleep(1.2)  # past the visibility timeout: another consumer takes them
+        taken.extend(q.receive_batch(10, visibility_timeout=600))
+
+    report = vsqs.spark.consume(
+        spark, str(tmp_path / "q"), slow_sink, visibility_timeout=1, max_batches=1
+    )
+    assert (report.batches, report.messages, report.expired) == (1, 3, 3)
+    assert len(taken) == 3 and q.stats().in_flight == 3, "the new holder's messages were deleted"
+
+
 # ------------------------------------------------------------------ writing
 def test_a_dataframe_is_written_as_one_message_per_row(spark: SparkSession, tmp_path: Path) -> None:
     texts = spark.range(500).select(F.concat(F.lit("row "), F.col("id")).alias("body"))
@@ -290,6 +310,20 @@ def test_a_dataframe_is_written_as_one_message_per_row(spark: SparkSession, tmp_
         got = sorted(m.body for m in q.peek(1000))
     assert got == sorted([f"row {i}".encode() for i in range(500)] + [b"\x00\xff"])
     assert not [n for n in listing(tmp_path / "q") if n.endswith(".new")]
+
+
+def test_a_tasks_rows_keep_their_order_and_a_delay_applies(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    rows = spark.range(50).select(F.concat(F.lit("n"), F.col("id")).alias("body")).coalesce(1)
+    rows.write.format("vsqs").mode("append").save(str(tmp_path / "ordered"))
+    with vsqs.Queue(tmp_path / "ordered") as q:
+        assert [m.body for m in q.peek(100)] == [f"n{i}".encode() for i in range(50)]
+    rows.write.format("vsqs").option("delay", "600").mode("append").save(str(tmp_path / "later"))
+    with vsqs.Queue(tmp_path / "later") as q:
+        stats = q.stats()
+    assert (stats.ready, stats.delayed) == (0, 50)
+    assert 590 < (stats.next_visible_in or 0) <= 600
 
 
 def test_a_failed_write_publishes_nothing(spark: SparkSession, tmp_path: Path) -> None:

@@ -44,6 +44,9 @@ MAX_COUNT = 10**9 - 1
 READY = "ready"
 INVISIBLE = "invisible"
 NEW = "new"
+#: What a message is at a given time (see :func:`visibility`).
+IN_FLIGHT = "in_flight"
+DELAYED = "delayed"
 
 
 class Name(NamedTuple):
@@ -112,6 +115,15 @@ def id_ms(message_id: str) -> int:
 
 def is_visible(name: Name, now_ms: int) -> bool:
     return name.state == READY or (name.state == INVISIBLE and name.expiry_ms <= now_ms)  # type: ignore[operator]
+
+
+def visibility(name: Name, now_ms: int) -> str:
+    """A message name at ``now_ms``: :data:`READY` (visible), :data:`IN_FLIGHT`
+    (received, its visibility timeout running) or :data:`DELAYED` (a delayed
+    send not yet due). Not for ``.new`` names."""
+    if is_visible(name, now_ms):
+        return READY
+    return IN_FLIGHT if name.receive_count else DELAYED
 
 
 def validate_queue_name(name: object) -> str:

@@ -91,6 +91,18 @@ def _storage_error(exc: OSError, where: str) -> NoReturn:
     raise StorageError(f"{where}: {exc}") from exc
 
 
+def stage(store: Store, data: bytes, next_id: Callable[[], str]) -> str:
+    """Write ``data`` as ``<id>.new`` (invisible, not durable yet) under a fresh
+    id, drawing another on a collision; return the id."""
+    while True:
+        message_id = next_id()
+        try:
+            store.write_new(names.new_name(message_id), data, fsync=False)
+        except FileExistsError:
+            continue
+        return message_id
+
+
 class Message:
     """A received (or peeked) message.
 
@@ -385,7 +397,7 @@ class Queue:
                         f"{self.url} has no vsqs config (pass create=True)"
                     ) from None
                 config = QueueConfig(**{k: v for k, v in requested.items() if v is not None})
-                message_id = self._ids.next_id(self._now_ms())
+                message_id = self._next_id()
                 if self._publish(message_id, config.to_json(), names.CONFIG_NAME):
                     return config
                 config = QueueConfig.from_json(store.read(names.CONFIG_NAME), self.url)
@@ -487,9 +499,12 @@ class Queue:
             done = f" ({len(sent)} of {len(datas)} sent)" if len(datas) > 1 else ""
             _storage_error(exc, f"sending to {self.url}{done}")
 
+    def _next_id(self) -> str:
+        return self._ids.next_id(self._now_ms())
+
     def _send_one(self, data: bytes, delay_ms: int) -> str:
         while True:
-            message_id = self._ids.next_id(self._now_ms())
+            message_id = self._next_id()
             visible_at = self._expiry_ms(delay_ms)
             final = message_id if delay_ms == 0 else names.invisible_name(message_id, visible_at, 0)
             try:
@@ -514,14 +529,7 @@ class Queue:
         try:
             try:
                 for data in datas:
-                    while True:
-                        message_id = self._ids.next_id(self._now_ms())
-                        try:
-                            store.write_new(names.new_name(message_id), data, fsync=False)
-                        except FileExistsError:
-                            continue
-                        written.append(message_id)
-                        break
+                    written.append(stage(store, data, self._next_id))
                 if self.durable:
                     store.sync_files(names.new_name(i) for i in written)
                 visible_at = self._expiry_ms(delay_ms)
@@ -998,21 +1006,18 @@ class Queue:
             for _, parsed in self._parsed_listing():
                 if parsed.state == names.NEW:
                     writing += 1
-                elif names.is_visible(parsed, now):
+                    continue
+                state = names.visibility(parsed, now)
+                if state == names.READY:
                     ready += 1
                     sent = names.id_ms(parsed.id)
                     oldest = sent if oldest is None else min(oldest, sent)
-                else:
-                    assert parsed.expiry_ms is not None
-                    if parsed.receive_count:
-                        in_flight += 1
-                    else:
-                        delayed += 1
-                    next_visible = (
-                        parsed.expiry_ms
-                        if next_visible is None
-                        else min(next_visible, parsed.expiry_ms)
-                    )
+                    continue
+                assert parsed.expiry_ms is not None
+                in_flight += state == names.IN_FLIGHT
+                delayed += state == names.DELAYED
+                expiry = parsed.expiry_ms
+                next_visible = expiry if next_visible is None else min(next_visible, expiry)
         except OSError as exc:
             _storage_error(exc, f"listing {self.url}")
         return QueueStats(

@@ -20,8 +20,8 @@ class ConsumeReport:
 
     batches: int
     messages: int
-    #: Messages whose receipt had expired when their batch succeeded: somebody
-    #: else may hold them now, and they are delivered again (at least once).
+    #: Messages received again by someone else after their visibility timeout
+    #: ran out during the batch: not deleted here, delivered again (at least once).
     expired: int
 
 
@@ -44,7 +44,8 @@ def consume(
     ``in_flight``). Only when ``process`` returns are they deleted. If it
     raises, they are released (visible again at once) and the exception
     propagates: nothing is lost and nothing is deleted early. A message whose
-    receipt expired while ``process`` ran is not deleted and comes again, so
+    visibility timeout ran out while ``process`` ran, and that someone else
+    received meanwhile, is not deleted and comes again to its new holder, so
     delivery is at least once: make ``process`` idempotent or give it a
     visibility timeout longer than a batch takes.
 

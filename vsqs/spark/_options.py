@@ -13,20 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._errors import InvalidArgument, UnsupportedStore
-from .._names import INVISIBLE, READY, Name
+from .._names import DELAYED, IN_FLIGHT, READY
 
 #: Row states, as the ``state`` column names them.
-STATES = ("ready", "in_flight", "delayed")
-
-
-def state_of(parsed: Name, now_ms: int) -> str:
-    """``ready``, ``in_flight`` or ``delayed`` at ``now_ms`` (not for ``.new`` names)."""
-    if parsed.state == READY:
-        return "ready"
-    assert parsed.state == INVISIBLE and parsed.expiry_ms is not None
-    if parsed.expiry_ms <= now_ms:
-        return "ready"
-    return "in_flight" if parsed.receive_count else "delayed"
+STATES = (READY, IN_FLIGHT, DELAYED)
 
 
 def _positive_int(options: Mapping[str, str], key: str, default: int | None) -> int | None:

@@ -28,7 +28,7 @@ from .. import _names as names
 from .._errors import QueueNotFound
 from .._registry import open_store
 from .._store import Store
-from ._options import Options, state_of
+from ._options import Options
 
 if TYPE_CHECKING:
     import pyarrow
@@ -106,7 +106,7 @@ def read_partition(options: Options, partition: NamesPartition) -> Iterator[pyar
         for parsed, body in _bodies(store, partition.names):
             sent = names.id_ms(parsed.id)
             expiry = sent if parsed.expiry_ms is None else parsed.expiry_ms
-            state = state_of(parsed, partition.now_ms)
+            state = names.visibility(parsed, partition.now_ms)
             rows.append((parsed.id, sent * 1000, body, state, parsed.receive_count, expiry * 1000))
             size += len(body)
             if len(rows) >= BATCH_ROWS or size >= BATCH_BYTES:

@@ -17,9 +17,8 @@ from pyspark.sql.types import StructType
 
 from .. import _names as names
 from .._errors import InvalidArgument
-from .._queue import Queue
-from ._options import Options, state_of
-from ._read import SCHEMA, NamesPartition, read_partition, split
+from ._options import Options
+from ._read import SCHEMA, NamesPartition, open_existing, read_partition, split
 from ._stream import QueueStreamReader
 from ._write import QueueWriter
 
@@ -60,14 +59,17 @@ class SnapshotReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         now_ms = int(time.time() * 1000)
-        with Queue(self.options.url, storage_options=self.options.storage, create=False) as queue:
+        store = open_existing(self.options)
+        try:
             found = sorted(
                 name
-                for name in queue._store.list()
+                for name in store.list()
                 if (parsed := names.parse(name)) is not None
                 and parsed.state != names.NEW
-                and state_of(parsed, now_ms) in self.options.states
+                and names.visibility(parsed, now_ms) in self.options.states
             )
+        finally:
+            store.close()
         return list(split(found, now_ms, self.options.num_partitions))
 
     def read(self, partition: InputPartition) -> Iterator[pyarrow.RecordBatch]:

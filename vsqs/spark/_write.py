@@ -22,7 +22,7 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 
 from .. import _names as names
 from .._errors import InvalidArgument, InvalidBody
-from .._queue import Queue
+from .._queue import Queue, stage
 from .._store import Store
 from ._options import Options
 from ._read import open_existing
@@ -54,8 +54,11 @@ class QueueWriter(DataSourceWriter):
 
     def write(self, iterator: Iterator[Row]) -> Staged:
         store = open_existing(self.options)
-        ids = names.ids
         staged: list[str] = []
+
+        def next_id() -> str:
+            return names.ids.next_id(int(time.time() * 1000))
+
         try:
             for row in iterator:
                 body = row[self.column]
@@ -63,14 +66,7 @@ class QueueWriter(DataSourceWriter):
                     body = body.encode()
                 elif body is None:
                     raise InvalidBody("a row's body is null: every message needs a body")
-                while True:
-                    message_id = ids.next_id(int(time.time() * 1000))
-                    try:
-                        store.write_new(names.new_name(message_id), bytes(body), fsync=False)
-                    except FileExistsError:
-                        continue
-                    staged.append(message_id)
-                    break
+                staged.append(stage(store, bytes(body), next_id))
             if self.options.durable:
                 store.sync_files(names.new_name(i) for i in staged)
             return Staged(staged)
