@@ -217,6 +217,18 @@ class QueueTests:
         with pytest.raises(vsqs.ReceiptExpired):
             msg.release()
 
+    def test_release_is_visible_at_once_between_clock_ticks(
+        self, q: vsqs.Queue, clock: FakeClock
+    ) -> None:
+        clock.advance(0.0004)  # mid-millisecond: rounding the expiry up would hide it
+        q.send(b"x")
+        msg = q.receive()
+        assert msg is not None
+        msg.release()
+        assert q.stats().ready == 1
+        again = q.receive()
+        assert again is not None and again.id == msg.id
+
     def test_release_with_delay(self, q: vsqs.Queue, clock: FakeClock) -> None:
         q.send(b"x")
         msg = q.receive()

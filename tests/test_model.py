@@ -8,7 +8,8 @@ fake-gcs-server). After every step the store's names must be exactly the
 model's.
 
 The model's only shared knowledge with the library is the specification:
-time is whole ms, an expiry rounds the clock up, visibility rounds it down.
+time is whole ms, an expiry rounds the clock up (a zero wait rounds it down),
+visibility rounds it down.
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ class QueueMachine(RuleBasedStateMachine):
         return int(self.clock() * 1000)
 
     def expiry(self, seconds: float) -> int:
+        if int(seconds * 1000) == 0:
+            return self.now()
         return math.ceil(self.clock() * 1000) + int(seconds * 1000)
 
     def visible(self) -> list[Model]:

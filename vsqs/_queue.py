@@ -412,7 +412,12 @@ class Queue:
         return int(self._clock() * 1000)
 
     def _expiry_ms(self, after_ms: int) -> int:
-        """``after_ms`` from now, rounded up: a holder never gets less than asked."""
+        """``after_ms`` from now, rounded up: a holder never gets less than asked.
+
+        Zero means now, rounded down: a release is visible at once.
+        """
+        if after_ms == 0:
+            return self._now_ms()
         return math.ceil(self._clock() * 1000) + after_ms
 
     def _vt_ms(self, visibility_timeout: float | None) -> int:
