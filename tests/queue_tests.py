@@ -284,6 +284,40 @@ class QueueTests:
         assert stats.oldest_ready_age == pytest.approx(2.0)
         assert stats.next_visible_in == pytest.approx(10.0)
 
+    def test_stats_shows_in_flight_expiry_and_dead_letter_depth(
+        self, store: vsqs.Store, clock: FakeClock
+    ) -> None:
+        with vsqs.Queue(store, clock=clock, max_receives=1, dead_letter="dlq") as q:
+            stats = q.stats()
+            assert stats.dead_letter == 0 and stats.in_flight_expires_in is None
+            with pytest.raises(vsqs.QueueNotFound):  # stats did not create it
+                vsqs.Queue(store.sibling("dlq"), create=False)
+            q.send_batch([b"poison", b"held", b"late"])
+            q.send(b"delayed", delay=5)
+            assert q.receive(visibility_timeout=1) is not None
+            clock.advance(1)
+            held = q.receive(visibility_timeout=20)  # dead-letters the poison first
+            assert held is not None and held.body == b"held"
+            stats = q.stats()
+            assert (stats.ready, stats.in_flight, stats.delayed) == (1, 1, 1)
+            assert stats.dead_letter == 1
+            assert stats.in_flight_expires_in == pytest.approx(20.0)
+            assert stats.next_visible_in == pytest.approx(4.0)
+            assert stats.as_dict()["dead_letter"] == 1
+
+    def test_purge_and_gc_report_progress(self, store: vsqs.Store, clock: FakeClock) -> None:
+        with vsqs.Queue(store, clock=clock, new_grace=60) as q:
+            q.send_batch([b"a", b"b", b"c"])
+            calls: list[tuple[int, int | None]] = []
+            assert q.purge(progress=lambda done, total: calls.append((done, total))) == 3
+            assert calls == [(1, 3), (2, 3), (3, 3)]
+            stale = names.new_name(q._next_id())
+            store.write_new(stale, b"half written", fsync=False)
+            clock.advance(61)
+            calls.clear()
+            assert q.gc(progress=lambda done, total: calls.append((done, total))) == [stale]
+            assert calls == [(1, 1)]
+
     def test_purge_removes_every_message_but_not_foreign_objects(
         self, q: vsqs.Queue, store: vsqs.Store
     ) -> None:
@@ -391,6 +425,32 @@ class QueueTests:
             assert time.monotonic() - started < 9  # woke on arrival, not at the deadline
         finally:
             sender.cancel()
+
+    def test_threads_long_polling_one_queue_each_get_distinct_messages(
+        self, live: vsqs.Queue
+    ) -> None:
+        got: list[bytes] = []
+        errors: list[BaseException] = []
+
+        def poll() -> None:
+            try:
+                while (msg := live.receive(wait=2)) is not None:
+                    got.append(msg.body)
+                    msg.delete()
+            except BaseException as exc:
+                errors.append(exc)
+
+        pollers = [threading.Thread(target=poll) for _ in range(6)]
+        for thread in pollers:
+            thread.start()
+        time.sleep(0.2)  # all of them waiting
+        bodies = [f"m{i}".encode() for i in range(30)]
+        for body in bodies:
+            live.send(body)
+        for thread in pollers:
+            thread.join(timeout=60)
+        assert errors == []
+        assert sorted(got) == sorted(bodies)
 
     def test_long_poll_returns_an_expired_message_without_a_new_event(
         self, live: vsqs.Queue

@@ -250,3 +250,15 @@ def test_dropped_feeds_free_their_inotify_instances(tmp_path: Path) -> None:
             assert open_feed(dir_fd) is not None
     finally:
         os.close(dir_fd)
+
+
+def test_list_queues_skips_what_is_not_a_queue(tmp_path: Path) -> None:
+    for name in ("orders", "jobs", "bad name"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / names.CONFIG_NAME).write_text("{}")
+    (tmp_path / "plain-dir").mkdir()
+    (tmp_path / "a-file").write_text("x")
+    (tmp_path / "link").symlink_to(tmp_path / "orders")
+    assert vsqs.list_queues(tmp_path) == [str(tmp_path / "jobs"), str(tmp_path / "orders")]
+    with pytest.raises(vsqs.QueueNotFound):
+        vsqs.list_queues(tmp_path / "missing")

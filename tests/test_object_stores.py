@@ -28,6 +28,17 @@ class ObjectStoreTests(QueueTests):
     def store(self, server: Server) -> vsqs.Store:
         return open_store(server.url(), server.storage_options)
 
+    def test_list_queues_under_a_prefix(self, server: Server) -> None:
+        prefix = server.url().rpartition("/")[0]
+        urls = []
+        for name in ("b", "a"):
+            with vsqs.Queue(f"{prefix}/{name}", storage_options=server.storage_options) as q:
+                urls.append(q.url)
+        fs = open_store(f"{prefix}/c", server.storage_options).io.fs  # type: ignore[attr-defined]
+        fs.pipe_file(f"{prefix.split('://', 1)[1]}/c/not-a-config", b"x")
+        found = vsqs.list_queues(prefix, storage_options=server.storage_options)
+        assert found == sorted(urls)
+
 
 class TestS3(ObjectStoreTests):
     server_fixture = "s3_server"

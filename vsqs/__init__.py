@@ -26,6 +26,7 @@ from ._errors import (
 )
 from ._names import FORMAT_VERSION
 from ._queue import Message, Queue, QueueStats, redrive
+from ._registry import list_queues
 from ._store import Store
 from ._store_local import LocalStore
 from ._store_memory import MemoryStore
@@ -52,5 +53,14 @@ __all__ = [
     "Store",
     "UnsupportedStore",
     "VsqsError",
+    "list_queues",
     "redrive",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name == "aio":  # ``vsqs.aio`` without importing asyncio for every user
+        import importlib
+
+        return importlib.import_module("vsqs.aio")
+    raise AttributeError(f"module 'vsqs' has no attribute {name!r}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -24,6 +25,39 @@ def seconds(value: object, what: str) -> float:
             f"{what} must be between 0 and {MAX_SECONDS:.0f} seconds, not {value}"
         )
     return float(value)
+
+
+#: Process-wide defaults, read when a queue is opened; explicit arguments win.
+#: The visibility timeout written into the config of queues this process creates.
+ENV_VISIBILITY_TIMEOUT = "VSQS_VISIBILITY_TIMEOUT"
+#: ``0``/``false`` makes ``durable=False`` the default (no fsync per send).
+ENV_DURABLE = "VSQS_DURABLE"
+#: Seconds after which a ``.new`` leftover counts as a crashed writer's.
+ENV_NEW_GRACE = "VSQS_NEW_GRACE"
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def env_seconds(var: str, default: float) -> float:
+    """The duration in environment variable ``var``, or ``default`` if unset or empty."""
+    raw = os.environ.get(var, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InvalidArgument(f"{var}={raw!r:.40} is not a number of seconds") from None
+    return seconds(value, var)
+
+
+def env_flag(var: str, default: bool) -> bool:
+    """The yes/no in environment variable ``var``, or ``default`` if unset or empty."""
+    raw = os.environ.get(var, "").strip().lower()
+    if not raw:
+        return default
+    if raw in _TRUE or raw in _FALSE:
+        return raw in _TRUE
+    raise InvalidArgument(f"{var}={raw!r:.40}: use 1/0, true/false, yes/no or on/off")
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,8 @@ class DirectoryFeed:
     def changes(self, name_length: int) -> list[tuple[str, bool]] | None:
         """``(name, appeared)`` since the previous call, oldest first; ``None`` if some were lost.
 
+        One caller at a time (the queue calls it under its lock).
+
         Only names of ``name_length`` characters are reported; the others are
         skipped without decoding them.
         """
@@ -108,8 +110,14 @@ class DirectoryFeed:
         return None if lost else out
 
     def wait(self, timeout: float) -> bool:
-        """Block up to ``timeout`` seconds until something arrives."""
-        return bool(self._poll.poll(max(0, math.ceil(timeout * 1000))))
+        """Block up to ``timeout`` seconds until something arrives.
+
+        Any number of threads may wait at once (each on its own poll object:
+        one poll object refuses concurrent use).
+        """
+        waiter = select.poll()
+        waiter.register(self._fd, select.POLLIN)
+        return bool(waiter.poll(max(0, math.ceil(timeout * 1000))))
 
     def close(self) -> None:
         fd, self._fd = self._fd, -1

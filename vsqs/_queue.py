@@ -11,13 +11,22 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from contextlib import AbstractContextManager, nullcontext, suppress
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any, NoReturn
+from typing import Any, NoReturn, overload
 
 from . import _names as names
-from ._config import QueueConfig, seconds
+from ._config import (
+    DEFAULT_VISIBILITY_TIMEOUT,
+    ENV_DURABLE,
+    ENV_NEW_GRACE,
+    ENV_VISIBILITY_TIMEOUT,
+    QueueConfig,
+    env_flag,
+    env_seconds,
+    seconds,
+)
 from ._errors import (
     InvalidArgument,
     InvalidBody,
@@ -35,6 +44,9 @@ from ._store import Store
 log = logging.getLogger("vsqs")
 
 Body = bytes | bytearray | memoryview | str
+#: ``progress(done, total)`` of a long operation: items done so far, and the
+#: total when known (``None`` while it is not).
+Progress = Callable[[int, int | None], object]
 
 #: A cached listing is refreshed at least this often (seconds), so messages
 #: whose visibility expired (or that other clients released) come back in FIFO
@@ -169,6 +181,14 @@ class QueueStats:
     oldest_ready_age: float | None
     #: Seconds until the next invisible message becomes visible.
     next_visible_in: float | None
+    #: Seconds until the first in-flight visibility timeout runs out.
+    in_flight_expires_in: float | None = None
+    #: Messages in the dead-letter queue (every state); ``None`` without one.
+    dead_letter: int | None = None
+
+    def as_dict(self) -> dict[str, int | float | None]:
+        """The figures by name, for JSON and metrics."""
+        return asdict(self)
 
 
 class _Candidates:
@@ -335,6 +355,13 @@ class Queue:
       the queue.
 
     A ``Queue`` is thread-safe and may be shared by threads of one process.
+
+    ``visibility_timeout``, ``max_receives`` and ``dead_letter`` are the
+    queue's defaults, written into its config when this call creates it and
+    checked against it otherwise. Defaults left out come, in this order, from
+    the queue's config, the ``VSQS_VISIBILITY_TIMEOUT`` (at creation),
+    ``VSQS_DURABLE`` and ``VSQS_NEW_GRACE`` environment variables, and the
+    built-in values (30 s, durable, one hour). No file is read but the queue's own.
     """
 
     def __init__(
@@ -346,9 +373,9 @@ class Queue:
         visibility_timeout: float | None = None,
         max_receives: int | None = None,
         dead_letter: str | None = None,
-        durable: bool = True,
+        durable: bool | None = None,
         clock: Callable[[], float] = time.time,
-        new_grace: float = DEFAULT_NEW_GRACE,
+        new_grace: float | None = None,
         unsafe_claims: bool = False,
     ) -> None:
         self._store = open_store(url, storage_options)
@@ -356,9 +383,13 @@ class Queue:
         self._storage_options = storage_options
         self._unsafe_claims = bool(unsafe_claims)
         self.url = self._store.url
+        if durable is None:
+            durable = env_flag(ENV_DURABLE, True)
         self.durable = bool(durable) and self._store.durable
         self._clock = clock
         self._ids = names.id_generator(clock)
+        if new_grace is None:
+            new_grace = env_seconds(ENV_NEW_GRACE, DEFAULT_NEW_GRACE)
         self._new_grace_ms = int(seconds(new_grace, "new_grace") * 1000)
         self._lock = threading.Lock()
         self._candidates = _Candidates()
@@ -396,7 +427,14 @@ class Queue:
                     raise QueueNotFound(
                         f"{self.url} has no vsqs config (pass create=True)"
                     ) from None
-                config = QueueConfig(**{k: v for k, v in requested.items() if v is not None})
+                defaults = {
+                    "visibility_timeout": env_seconds(
+                        ENV_VISIBILITY_TIMEOUT, DEFAULT_VISIBILITY_TIMEOUT
+                    )
+                }
+                config = QueueConfig(
+                    **defaults | {k: v for k, v in requested.items() if v is not None}
+                )
                 message_id = self._next_id()
                 if self._publish(message_id, config.to_json(), names.CONFIG_NAME):
                     return config
@@ -579,6 +617,17 @@ class Queue:
         after ``wait`` seconds (a long poll: it wakes when a message arrives or
         an invisible one expires).
         """
+        return self._receive_batch(max_messages, visibility_timeout, wait, None)
+
+    def _receive_batch(
+        self,
+        max_messages: int,
+        visibility_timeout: float | None,
+        wait: float,
+        cancelled: threading.Event | None,
+    ) -> list[Message]:
+        """:meth:`receive_batch` that gives up, claiming nothing more, at its
+        next wake-up (within :data:`STALE_AFTER` seconds) after ``cancelled`` is set."""
         if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
             raise InvalidArgument(f"max_messages must be a positive int, not {max_messages!r}")
         vt_ms = self._vt_ms(visibility_timeout)
@@ -586,6 +635,8 @@ class Queue:
         idle_wakes = 0
         try:
             while True:
+                if cancelled is not None and cancelled.is_set():
+                    return []
                 got = self._claim_available(max_messages, vt_ms)
                 remaining = deadline - time.monotonic()
                 if got or remaining <= 0:
@@ -773,55 +824,66 @@ class Queue:
         if stale_new:
             self._collect_stale_new(stale_new)
 
-    def _collect_stale_new(self, candidates: Iterable[str]) -> list[str]:
-        removed = []
-        for name in candidates:
+    def _collect_stale_new(
+        self, candidates: Iterable[str], progress: Progress | None = None
+    ) -> list[str]:
+        removed: list[str] = []
+        candidates = list(candidates)
+        for done, name in enumerate(candidates, 1):
             parsed = names.parse(name)
-            if parsed is None or parsed.state != names.NEW:
-                continue  # foreign: never touched
-            try:
-                self._store.delete(name)
-            except FileNotFoundError:
-                continue
-            removed.append(name)
+            if parsed is not None and parsed.state == names.NEW:  # foreign: never touched
+                with suppress(FileNotFoundError):
+                    self._store.delete(name)
+                    removed.append(name)
+            if progress is not None:
+                progress(done, len(candidates))
         if removed:
             log.info(
                 "%s: removed %d stale .new leftovers of crashed writers", self.url, len(removed)
             )
         return removed
 
-    def gc(self) -> list[str]:
+    def gc(self, *, progress: Progress | None = None) -> list[str]:
         """Remove ``.new`` leftovers of crashed writers older than the grace period.
 
-        Receivers do this as they list; this does it now. Returns the removed names.
+        Receivers do this as they list (and, on object stores, the listing
+        finishes moves that a crashed client left half done); this does it
+        now. Safe while producers and consumers run: a ``.new`` younger than
+        the grace period is a send under way and is kept. Returns the removed
+        names.
         """
         cutoff = f"{self._now_ms() - self._new_grace_ms:013d}"
         try:
             return self._collect_stale_new(
-                n for n in self._store.list() if n.endswith(names.NEW_SUFFIX) and n < cutoff
+                (n for n in self._store.list() if n.endswith(names.NEW_SUFFIX) and n < cutoff),
+                progress,
             )
         except OSError as exc:
             _storage_error(exc, f"collecting leftovers in {self.url}")
 
     # --------------------------------------------------------- dead letters
-    def _dead_letter_target(self) -> Queue:
+    @overload
+    def _dead_letter_target(self) -> Queue: ...
+    @overload
+    def _dead_letter_target(self, *, create: bool) -> Queue | None: ...
+    def _dead_letter_target(self, *, create: bool = True) -> Queue | None:
+        """The dead-letter queue (opened once); ``None`` if it does not exist
+        and ``create`` is false."""
         if self._dead_letter_queue is None:
             target = self.config.dead_letter
             assert target is not None
-            if "/" in target or "://" in target:
+            nearby = "/" not in target and "://" not in target
+            try:
                 dlq = Queue(
-                    target,
-                    storage_options=self._storage_options,
-                    durable=self.durable,
-                    unsafe_claims=self._unsafe_claims,
-                )
-            else:
-                dlq = Queue(
-                    self._store.sibling(target),
+                    self._store.sibling(target) if nearby else target,
+                    storage_options=None if nearby else self._storage_options,
+                    create=create,
                     durable=self.durable,
                     clock=self._clock,
                     unsafe_claims=self._unsafe_claims,
                 )
+            except QueueNotFound:
+                return None
             self._dead_letter_queue = dlq
         return self._dead_letter_queue
 
@@ -1002,11 +1064,16 @@ class Queue:
             _storage_error(exc, f"peeking into {self.url}")
 
     def stats(self) -> QueueStats:
-        """Counts by state from one listing."""
+        """Counts by state from one listing (and one of the dead-letter queue).
+
+        Reads names only, never a body; changes nothing (a dead-letter queue
+        that does not exist yet counts 0 and is not created).
+        """
         now = self._now_ms()
         ready = in_flight = delayed = writing = 0
         oldest: int | None = None
         next_visible: int | None = None
+        in_flight_expiry: int | None = None
         try:
             for _, parsed in self._parsed_listing():
                 if parsed.state == names.NEW:
@@ -1023,6 +1090,8 @@ class Queue:
                 delayed += state == names.DELAYED
                 expiry = parsed.expiry_ms
                 next_visible = expiry if next_visible is None else min(next_visible, expiry)
+                if state == names.IN_FLIGHT:
+                    in_flight_expiry = min(in_flight_expiry or expiry, expiry)
         except OSError as exc:
             _storage_error(exc, f"listing {self.url}")
         return QueueStats(
@@ -1032,25 +1101,40 @@ class Queue:
             writing=writing,
             oldest_ready_age=None if oldest is None else max(0.0, (now - oldest) / 1000),
             next_visible_in=None if next_visible is None else (next_visible - now) / 1000,
+            in_flight_expires_in=None
+            if in_flight_expiry is None
+            else (in_flight_expiry - now) / 1000,
+            dead_letter=self._dead_letter_depth(),
         )
 
-    def purge(self) -> int:
+    def _dead_letter_depth(self) -> int | None:
+        if self.config.dead_letter is None:
+            return None
+        dlq = self._dead_letter_target(create=False)
+        if dlq is None:
+            return 0
+        try:
+            return sum(1 for _, parsed in dlq._parsed_listing() if parsed.state != names.NEW)
+        except OSError as exc:
+            _storage_error(exc, f"listing {dlq.url}")
+
+    def purge(self, *, progress: Progress | None = None) -> int:
         """Delete every message in every state (not sends under way); return how many.
 
         Holders of purged messages get :class:`ReceiptExpired` on their receipts.
+        Messages sent while it runs may survive it.
         """
         removed = 0
         with self._lock:
             self._candidates = _Candidates()  # everything it knew is going
         try:
-            for name, parsed in list(self._parsed_listing()):
-                if parsed.state == names.NEW:
-                    continue
-                try:
+            doomed = [name for name, parsed in self._parsed_listing() if parsed.state != names.NEW]
+            for done, name in enumerate(doomed, 1):
+                with suppress(FileNotFoundError):
                     self._store.delete(name)
-                except FileNotFoundError:
-                    continue
-                removed += 1
+                    removed += 1
+                if progress is not None:
+                    progress(done, len(doomed))
         except OSError as exc:
             _storage_error(exc, f"purging {self.url}")
         log.info("%s: purged %d messages", self.url, removed)
@@ -1183,6 +1267,7 @@ def redrive(
     *,
     storage_options: dict[str, Any] | None = None,
     max_messages: int | None = None,
+    progress: Progress | None = None,
 ) -> int:
     """Move visible messages from a dead-letter queue back to ``source``; return how many.
 
@@ -1210,6 +1295,8 @@ def redrive(
                 except ReceiptExpired:
                     continue
                 moved += 1
+                if progress is not None:
+                    progress(moved, max_messages)
     log.info("redrove %d messages from %s to %s", moved, dlq.url, target.url)
     return moved
 

@@ -8,11 +8,13 @@ installs it.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 from typing import Any
 
-from ._errors import InvalidQueueName, UnsupportedStore
-from ._names import validate_queue_name
+from ._errors import InvalidQueueName, NotAQueue, QueueNotFound, UnsupportedStore
+from ._names import CONFIG_NAME, validate_queue_name
 from ._store import Store
 from ._store_local import LocalStore
 
@@ -63,6 +65,32 @@ def _check_components(url: str) -> None:
 
 
 def _object_store(scheme: str, url: str, storage_options: dict[str, Any]) -> Store:
+    _check_components(url)
+    fs, path = _filesystem(scheme, url, storage_options)
+    head = path.rpartition("/")[0]
+    bucketed = scheme in _BUCKETED
+    if bucketed and not head:
+        raise InvalidQueueName(f"{url}: name a queue inside the bucket ({scheme}://bucket/queue)")
+    display = _display_url(url, path, bucketed)
+    from ._store_object import ObjectStore
+
+    if scheme in ("s3", "s3a"):
+        from ._store_s3 import S3Objects
+
+        return ObjectStore(S3Objects(fs, path, display, bucketed=True))
+    from ._store_fsspec import FsspecObjects
+
+    via = "gcs-generation" if scheme in ("gs", "gcs") else "create-only"
+    return ObjectStore(FsspecObjects(fs, path, display, bucketed=bucketed, create_via=via))
+
+
+def _display_url(url: str, path: str, bucketed: bool) -> str:
+    base = url.split("://", 1)[0]
+    return f"{base}://{path.lstrip('/')}" if bucketed else f"{base}://{path}"
+
+
+def _filesystem(scheme: str, url: str, storage_options: dict[str, Any]) -> tuple[Any, str]:
+    """The fsspec filesystem of ``url`` and the path in it (no trailing slash)."""
     package, extra = _PACKAGES.get(scheme, (None, None))
     try:
         import fsspec
@@ -70,7 +98,6 @@ def _object_store(scheme: str, url: str, storage_options: dict[str, Any]) -> Sto
     except ImportError:
         hint = f"pip install 'vsqs[{extra}]'" if extra else "pip install fsspec"
         raise UnsupportedStore(f"{scheme}:// queues need fsspec: {hint}") from None
-    _check_components(url)
     options = dict(storage_options)
     if scheme in _PACKAGES:
         options.setdefault("use_listings_cache", False)
@@ -84,20 +111,60 @@ def _object_store(scheme: str, url: str, storage_options: dict[str, Any]) -> Sto
         ) from None
     except ValueError as exc:  # fsspec: "Protocol not known"
         raise UnsupportedStore(f"no vsqs backend for {scheme}:// URLs: {exc}") from None
-    path = path.rstrip("/")
-    head = path.rpartition("/")[0]
-    bucketed = scheme in _BUCKETED
-    if bucketed and not head:
-        raise InvalidQueueName(f"{url}: name a queue inside the bucket ({scheme}://bucket/queue)")
-    base = url.split("://", 1)[0]
-    display = f"{base}://{path.lstrip('/')}" if bucketed else f"{base}://{path}"
-    from ._store_object import ObjectStore
+    return fs, path.rstrip("/")
 
-    if scheme in ("s3", "s3a"):
-        from ._store_s3 import S3Objects
 
-        return ObjectStore(S3Objects(fs, path, display, bucketed=True))
-    from ._store_fsspec import FsspecObjects
+def list_queues(
+    root: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None
+) -> list[str]:
+    """The locations of the queues directly under ``root`` (a directory, a
+    bucket or a prefix), sorted.
 
-    via = "gcs-generation" if scheme in ("gs", "gcs") else "create-only"
-    return ObjectStore(FsspecObjects(fs, path, display, bucketed=bucketed, create_via=via))
+    A queue is a child with a valid queue name that holds a vsqs config;
+    anything else is skipped, and symlinks are not followed. One listing of
+    ``root`` plus one check per child; no queue is opened or changed.
+    """
+    text = os.fspath(root)
+    scheme, sep, rest = text.partition("://")
+    if not sep or scheme == "file":
+        if storage_options:
+            raise UnsupportedStore("storage_options apply to object-store URLs, not local paths")
+        return _local_queues(os.path.abspath(rest if sep else text))
+    scheme = scheme.lower()
+    fs, path = _filesystem(scheme, text, storage_options or {})
+    found = []
+    try:
+        for entry in fs.ls(path, detail=True):
+            child = entry["name"].rstrip("/")
+            if entry.get("type") != "directory" or not _is_queue_name(child.rpartition("/")[2]):
+                continue
+            if fs.isfile(f"{child}/{CONFIG_NAME}"):
+                found.append(_display_url(text, child, scheme in _BUCKETED))
+    except FileNotFoundError:
+        raise QueueNotFound(f"nothing at {text}") from None
+    return sorted(found)
+
+
+def _local_queues(root: str) -> list[str]:
+    found = []
+    try:
+        with os.scandir(root) as entries:
+            for entry in entries:
+                if not entry.is_dir(follow_symlinks=False) or not _is_queue_name(entry.name):
+                    continue
+                with contextlib.suppress(OSError):
+                    if stat.S_ISREG(os.lstat(os.path.join(entry.path, CONFIG_NAME)).st_mode):
+                        found.append(entry.path)
+    except FileNotFoundError:
+        raise QueueNotFound(f"no directory at {root}") from None
+    except NotADirectoryError:
+        raise NotAQueue(f"{root} is not a directory") from None
+    return sorted(found)
+
+
+def _is_queue_name(name: str) -> bool:
+    try:
+        validate_queue_name(name)
+    except InvalidQueueName:
+        return False
+    return True

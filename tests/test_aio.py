@@ -1,0 +1,181 @@
+"""The asyncio facade under a real event loop: concurrency, a free loop, cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import vsqs
+import vsqs.aio
+
+
+def test_concurrent_producers_and_consumers_deliver_each_message_once(tmp_path: Path) -> None:
+    async def main() -> Counter[bytes]:
+        got: Counter[bytes] = Counter()
+        async with vsqs.aio.Queue(tmp_path / "q", visibility_timeout=30) as q:
+
+            async def produce(p: int) -> None:
+                for i in range(0, 60, 6):
+                    await q.send_batch([f"{p}-{j}" for j in range(i, i + 6)])
+
+            async def consume() -> None:
+                while True:
+                    batch = await q.receive_batch(5, wait=1.0)
+                    if not batch:
+                        return
+                    for message in batch:
+                        got[message.body] += 1
+                        await message.delete()
+
+            await asyncio.gather(*(produce(p) for p in range(3)), *(consume() for _ in range(4)))
+            assert (await q.stats()).ready == 0
+        return got
+
+    got = asyncio.run(main())
+    assert got == Counter({f"{p}-{j}".encode(): 1 for p in range(3) for j in range(60)})
+
+
+def test_a_long_poll_does_not_block_the_event_loop(tmp_path: Path) -> None:
+    async def main() -> tuple[int, bytes | None]:
+        async with vsqs.aio.Queue(tmp_path / "q") as q:
+            ticks = 0
+
+            async def ticker() -> None:
+                nonlocal ticks
+                while True:
+                    await asyncio.sleep(0.01)
+                    ticks += 1
+
+            ticking = asyncio.create_task(ticker())
+            waiting = [asyncio.create_task(q.receive(wait=1.0)) for _ in range(8)]
+            await asyncio.sleep(0.5)
+            await q.send(b"late")
+            got = [m for m in await asyncio.gather(*waiting) if m is not None]
+            ticking.cancel()
+            return ticks, got[0].body if len(got) == 1 else None
+
+    ticks, body = asyncio.run(main())
+    assert body == b"late", "exactly one of the waiting receives gets the message"
+    assert ticks >= 20, f"the loop ticked {ticks} times in 0.5 s: something blocked it"
+
+
+def test_cancelling_a_long_poll_is_prompt_and_keeps_nothing_hidden(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with vsqs.aio.Queue(tmp_path / "q", visibility_timeout=600) as q:
+            sync = await q.open()
+            receiving = asyncio.create_task(q.receive(wait=30))
+            await asyncio.sleep(0.2)
+            receiving.cancel()
+            # Block the loop while a message arrives, so the receive's thread
+            # claims it before the cancellation is seen: it must give it back.
+            sync.send(b"arrived while cancelling")
+            time.sleep(0.5)
+            started = time.monotonic()
+            with pytest.raises(asyncio.CancelledError):
+                await receiving
+            assert time.monotonic() - started < 1.0
+            again = await q.receive(wait=5)
+            assert again is not None and again.body == b"arrived while cancelling"
+            assert again.receive_count == 2, "the cancelled receive had claimed it"
+            await again.delete()
+
+    asyncio.run(main())
+
+
+def test_cancelling_an_idle_long_poll_leaves_no_thread_busy(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with vsqs.aio.Queue(tmp_path / "q", max_threads=1) as q:
+            for _ in range(3):
+                receiving = asyncio.create_task(q.receive(wait=60))
+                await asyncio.sleep(0.1)
+                receiving.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await receiving
+            # One thread: this runs only once the cancelled polls have let go.
+            await asyncio.wait_for(q.send(b"x"), timeout=10)
+
+    asyncio.run(main())
+
+
+def test_consume_deletes_on_success_releases_on_error_and_keeps_long_handlers_hidden(
+    tmp_path: Path,
+) -> None:
+    async def main() -> tuple[int, list[tuple[bytes, int]]]:
+        seen: list[tuple[bytes, int]] = []
+        async with vsqs.aio.Queue(tmp_path / "q", visibility_timeout=0.6) as q:
+            await q.send_batch([b"slow", b"flaky", b"fine"])
+            other = vsqs.Queue(tmp_path / "q")
+
+            async def handler(message: vsqs.aio.Message) -> None:
+                seen.append((message.body, message.receive_count))
+                if message.body == b"slow":
+                    await asyncio.sleep(1.5)  # 2.5 visibility timeouts: the heartbeat holds it
+                    visible = await asyncio.to_thread(other.peek, 10)
+                    assert b"slow" not in [m.body for m in visible]
+                if message.body == b"flaky" and message.receive_count == 1:
+                    raise RuntimeError("first attempt fails")
+
+            done = await q.consume(handler, idle_timeout=0.5)
+            assert (await q.stats()).ready == 0
+        return done, seen
+
+    done, seen = asyncio.run(main())
+    assert done == 3
+    assert seen == [(b"slow", 1), (b"flaky", 1), (b"flaky", 2), (b"fine", 1)]
+
+
+def test_a_cancelled_handler_releases_its_message(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with vsqs.aio.Queue(tmp_path / "q", visibility_timeout=600) as q:
+            await q.send(b"job")
+            started = asyncio.Event()
+
+            async def handler(message: vsqs.aio.Message) -> None:
+                started.set()
+                await asyncio.sleep(60)
+
+            consuming = asyncio.create_task(q.consume(handler))
+            await started.wait()
+            consuming.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await consuming
+            again = await q.receive()
+            assert again is not None and again.receive_count == 2
+
+    asyncio.run(main())
+
+
+def test_it_wraps_an_open_queue_and_takes_receipts(tmp_path: Path) -> None:
+    sync = vsqs.Queue(tmp_path / "q")
+
+    async def main() -> None:
+        q = vsqs.aio.Queue(sync)
+        await q.send(b"x")
+        message = await q.receive()
+        assert message is not None and message.receipt is not None
+        extended = await q.extend(message.receipt, 60)
+        assert extended.receipt != message.receipt
+        with pytest.raises(vsqs.ReceiptExpired):
+            await q.delete(message.receipt)
+        assert extended.receipt is not None
+        await q.release(extended.receipt)
+        assert [m.body for m in await q.peek()] == [b"x"]
+        assert await q.purge() == 1 and await q.gc() == []
+        await q.close()
+
+    asyncio.run(main())
+    assert sync.stats().ready == 0  # still open: the facade did not own it
+    sync.close()
+    assert vsqs.aio is __import__("vsqs").aio
+
+
+def test_redrive(tmp_path: Path) -> None:
+    with vsqs.Queue(tmp_path / "q", max_receives=1, dead_letter="dlq") as q:
+        q.send(b"poison")
+        assert q.receive(visibility_timeout=0) is not None
+        assert q.receive() is None
+    assert asyncio.run(vsqs.aio.redrive(tmp_path / "dlq", tmp_path / "q")) == 1

@@ -1,0 +1,301 @@
+"""The ``vsqs`` console script, run for real in subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import vsqs
+from vsqs import _names as names
+from vsqs._cli_load import pump_body
+
+from .servers import Server
+
+VSQS = shutil.which("vsqs", path=str(Path(sys.executable).parent)) or shutil.which("vsqs")
+
+
+def run(
+    *args: str, input: bytes | str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    assert VSQS is not None, "the vsqs console script is not installed"
+    data = input.encode() if isinstance(input, str) else input
+    done = subprocess.run(
+        [VSQS, *args],
+        input=data if data is not None else b"",
+        capture_output=True,
+        env={**os.environ, **(env or {})},
+        timeout=120,
+    )
+    return subprocess.CompletedProcess(
+        done.args, done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode()
+    )
+
+
+def ok(*args: str, **kwargs: Any) -> str:
+    done = run(*args, **kwargs)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def json_lines(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines()]
+
+
+# ----------------------------------------------------------------- messages
+def test_send_from_arguments_stdin_and_file_then_receive_as_json(tmp_path: Path) -> None:
+    q = str(tmp_path / "jobs")
+    ids = ok("send", q, "one", "two").split()
+    ids += ok("send", q, input="three\n").split()
+    lines = tmp_path / "lines.txt"
+    lines.write_bytes(b"four\r\nfive\n\nseven")
+    ids += ok("send", q, "--file", str(lines)).split()
+    assert len(ids) == 7 and ids == sorted(ids)
+    got = json_lines(ok("receive", q, "--max", "10", "--json"))
+    assert [m["body"] for m in got] == ["one", "two", "three", "four", "five", "", "seven"]
+    assert [m["id"] for m in got] == ids
+    assert all(m["receive_count"] == 1 and m["receipt"].startswith(m["id"]) for m in got)
+    receipts = "".join(m["receipt"] + "\n" for m in got)
+    ok("delete", q, "-", input=receipts)
+    assert vsqs.Queue(q).stats().in_flight == 0
+
+
+def test_raw_stdin_keeps_every_byte_and_json_carries_non_utf8_as_base64(tmp_path: Path) -> None:
+    q = str(tmp_path / "bin")
+    body = b"\x00\xff binary\n"
+    ok("send", q, "--raw", input=body)
+    (message,) = json_lines(ok("receive", q, "--json"))
+    assert "body" not in message
+    import base64
+
+    assert base64.b64decode(message["body_base64"]) == body
+
+
+def test_pipeline_receive_delete_into_send(tmp_path: Path) -> None:
+    source, target = str(tmp_path / "a"), str(tmp_path / "b")
+    bodies = [f"job {i}" for i in range(120)]
+    vsqs.Queue(source).send_batch(bodies)
+    vsqs.Queue(target).close()
+    assert VSQS is not None
+    receiver = subprocess.Popen(
+        [VSQS, "receive", source, "--max", "1000", "--delete"], stdout=subprocess.PIPE
+    )
+    sender = subprocess.run(
+        [VSQS, "send", target, "--file", "-"],
+        stdin=receiver.stdout,
+        capture_output=True,
+        timeout=60,
+    )
+    assert receiver.wait(timeout=60) == 0 and sender.returncode == 0, sender.stderr
+    assert vsqs.Queue(source).stats().ready == 0
+    with vsqs.Queue(target) as q:
+        assert [m.body.decode() for m in q.receive_batch(200)] == bodies
+
+
+def test_extend_release_and_stale_receipts(tmp_path: Path) -> None:
+    q = str(tmp_path / "q")
+    ok("send", q, "x")
+    (first,) = json_lines(ok("receive", q, "--json", "--visibility-timeout", "60"))
+    new_receipt = ok("extend", q, first["receipt"], "--visibility-timeout", "120").strip()
+    assert new_receipt != first["receipt"] and new_receipt.startswith(first["id"])
+    stale = run("delete", q, first["receipt"])
+    assert stale.returncode == 1 and "no longer current" in stale.stderr
+    assert "Traceback" not in stale.stderr
+    ok("release", q, new_receipt)
+    (again,) = json_lines(ok("receive", q, "--json"))
+    assert again["id"] == first["id"] and again["receive_count"] == 2
+
+
+def test_peek_changes_nothing(tmp_path: Path) -> None:
+    q = str(tmp_path / "q")
+    ok("send", q, "a", "b", "c")
+    assert ok("peek", q, "--max", "2") == "a\nb\n"
+    assert [m["body"] for m in json_lines(ok("peek", q, "--json"))] == ["a", "b", "c"]
+    assert vsqs.Queue(q).stats().ready == 3
+
+
+def test_receive_waits_and_prints_nothing_on_an_empty_queue(tmp_path: Path) -> None:
+    q = str(tmp_path / "q")
+    vsqs.Queue(q).close()
+    assert ok("receive", q, "--wait", "0.3") == ""
+
+
+# -------------------------------------------------------------- operations
+def test_stats_table_json_and_watch(tmp_path: Path) -> None:
+    q = str(tmp_path / "q")
+    ok("send", q, "a", "b")
+    ok("send", q, "later", "--delay", "600")
+    table = ok("stats", q)
+    assert "ready" in table and " 2\n" in table
+    figures = json.loads(ok("stats", q, "--json"))
+    assert figures["queue"] == q and (figures["ready"], figures["delayed"]) == (2, 1)
+    assert 590 < figures["next_visible_in"] <= 600 and figures["dead_letter"] is None
+    watched = json_lines(ok("stats", q, "--json", "--watch", "--interval", "0.1", "--count", "3"))
+    assert len(watched) == 3 and all(w["ready"] == 2 for w in watched)
+
+
+def test_purge_asks_first(tmp_path: Path) -> None:
+    q = str(tmp_path / "q")
+    ok("send", q, "a", "b", "c")
+    refused = run("purge", q, input="n\n")
+    assert refused.returncode == 1 and "Delete all 3 messages" in refused.stderr
+    assert vsqs.Queue(q).stats().ready == 3
+    assert "purged 3 messages" in ok("purge", q, input="y\n")
+    ok("send", q, "d")
+    assert "purged 1 messages" in ok("purge", q, "--yes")
+
+
+def test_dead_letter_queues_listing_and_redrive(tmp_path: Path) -> None:
+    q, dlq = str(tmp_path / "orders"), str(tmp_path / "orders-dlq")
+    ok("create", q, "--max-receives", "1", "--dead-letter", "orders-dlq")
+    ok("send", q, "poison")
+    ok("receive", q, "--visibility-timeout", "0")
+    assert ok("receive", q) == ""  # the second receive dead-letters it
+    listed = {row["queue"]: row for row in json_lines(ok("queues", str(tmp_path), "--json"))}
+    assert set(listed) == {q, dlq}
+    assert listed[q]["dead_letter"] == 1 and listed[dlq]["ready"] == 1
+    table = ok("queues", str(tmp_path))
+    assert table.splitlines()[0].split()[:2] == ["QUEUE", "READY"]
+    assert "moved 1 messages" in ok("redrive", dlq, q)
+    assert ok("receive", q) == "poison\n"
+
+
+def test_gc_removes_only_stale_leftovers_and_says_which(tmp_path: Path) -> None:
+    q = str(tmp_path / "q")
+    ok("send", q, "keep")
+    stale = names.new_name(f"{1_000_000_000_000:013d}-0000-{'0' * 16}")
+    (tmp_path / "q" / stale).write_bytes(b"half")
+    (tmp_path / "q" / "notes.txt").write_bytes(b"foreign")
+    done = run("gc", q)
+    assert done.returncode == 0 and done.stdout == stale + "\n"
+    assert "removed 1 leftovers" in done.stderr
+    assert sorted(p.name for p in (tmp_path / "q").iterdir() if not p.name.startswith("1")) == [
+        "notes.txt",
+        names.CONFIG_NAME,
+    ]
+    assert vsqs.Queue(q).stats().ready == 1
+
+
+def test_pump_and_sink(tmp_path: Path) -> None:
+    q = str(tmp_path / "load")
+    assert "sent 500 messages" in ok("pump", q, "-n", "500", "--batch", "50", "--size", "64")
+    report = ok("sink", q, "--idle", "0.5")
+    assert "500 messages from 1 producer(s)" in report
+    assert "duplicates 0, out of order 0, gaps 0, foreign 0" in report
+
+
+def test_sink_fails_on_messages_out_of_order(tmp_path: Path) -> None:
+    q = str(tmp_path / "load")
+    vsqs.Queue(q).send_batch([pump_body("p1", 1, 0), pump_body("p1", 0, 0), b"other"])
+    done = run("sink", q, "--idle", "0.3")
+    assert done.returncode == 1, done.stdout
+    assert "out of order 1" in done.stdout and "foreign 1" in done.stdout
+    assert done.stderr.strip().splitlines() == [
+        "vsqs: error: sink found duplicates or messages out of order"
+    ]
+
+
+@pytest.mark.slow
+def test_demo_runs_and_checks_itself(tmp_path: Path) -> None:
+    report = ok("demo", "-n", "400", "-c", "2", "--dir", str(tmp_path))
+    assert "400 sent, 400 acked by 2 consumers" in report
+    assert "duplicates 0, lost 0" in report
+
+
+# ---------------------------------------------------------- configuration
+def test_environment_defaults(tmp_path: Path) -> None:
+    q = str(tmp_path / "q")
+    created = ok("create", q, env={"VSQS_VISIBILITY_TIMEOUT": "7"})
+    assert "visibility_timeout=7s" in created
+    assert vsqs.Queue(q).config.visibility_timeout == 7
+    logged = run("purge", q, "--yes", env={"VSQS_LOG_LEVEL": "info"})
+    assert "vsqs: INFO: " in logged.stderr and "purged 0 messages" in logged.stderr
+    bad = run("stats", q, env={"VSQS_DURABLE": "maybe"})
+    assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "VSQS_DURABLE" in bad.stderr
+
+
+def test_s3_queue_from_store_environment_and_options(s3_server: Server) -> None:
+    url = s3_server.url("cli")
+    client = s3_server.storage_options["client_kwargs"]
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_ENDPOINT_URL": client["endpoint_url"],
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    ok("send", url, "over s3", env=env)
+    endpoint = f"client_kwargs.endpoint_url={client['endpoint_url']}"
+    options = ["-o", "key=testing", "-o", "secret=testing", "-o", endpoint]
+    (message,) = json_lines(ok("receive", url, "--json", "--delete", *options))
+    assert message["body"] == "over s3"
+    assert json.loads(ok("stats", url, "--json", env=env))["in_flight"] == 0
+
+
+# ----------------------------------------------------------------- errors
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["receive"],
+        ["receive", "{q}", "--max", "0"],
+        ["receive", "{q}", "--wait", "-1"],
+        ["send", "{q}", "x", "--file", "{q}/../lines"],
+        ["stats", "{q}", "-o", "novalue"],
+        ["extend", "{q}", "receipt"],
+        ["no-such-command"],
+        ["purge", "{q}", "--force"],
+    ],
+)
+def test_bad_usage_exits_2_with_one_line(tmp_path: Path, args: list[str]) -> None:
+    (tmp_path / "lines").write_text("x\n")
+    q = str(tmp_path / "q")
+    done = run(*[a.format(q=q) for a in args])
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "error:" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["receive", "{q}/missing"],
+        ["send", "{q}/missing", "x", "--no-create"],
+        ["delete", "{q}", "../../etc/passwd"],
+        ["send", "{q}/bad name", "x"],
+        ["send", "nosuchscheme://bucket/q", "x"],
+        ["queues", "{q}/missing"],
+    ],
+)
+def test_errors_exit_1_with_one_line_and_a_traceback_only_with_v(
+    tmp_path: Path, args: list[str]
+) -> None:
+    vsqs.Queue(tmp_path / "q").close()
+    argv = [a.format(q=str(tmp_path / "q")) for a in args]
+    done = run(*argv)
+    assert done.returncode == 1
+    assert done.stderr.startswith("vsqs: error: ") and done.stderr.count("\n") == 1
+    verbose = run(*argv, "-v")
+    assert verbose.returncode == 1 and "Traceback" in verbose.stderr
+    assert not (tmp_path / "q" / "missing").exists()
+
+
+def test_help_and_version() -> None:
+    text = ok("--help")
+    for command in ("send", "receive", "stats", "purge", "redrive", "gc", "queues", "pump"):
+        assert f"  {command} " in text
+    assert vsqs.__version__ in ok("--version")
+    assert "--visibility-timeout" in ok("receive", "-h")
+
+
+def test_python_dash_m_runs_the_same_command(tmp_path: Path) -> None:
+    q = str(tmp_path / f"q{uuid.uuid4().hex[:6]}")
+    done = subprocess.run(
+        [sys.executable, "-m", "vsqs", "send", q, "x"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and len(done.stdout.split()) == 1, done.stderr

@@ -1,0 +1,104 @@
+"""What the ``vsqs`` subcommands share: storage options, -v, queues, progress bars."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import click
+from tqdm import tqdm
+
+from ._config import MAX_SECONDS
+from ._queue import Progress, Queue
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _set_verbosity(ctx: click.Context, _param: click.Parameter, count: int) -> None:
+    if count:
+        logging.getLogger("vsqs").setLevel(logging.INFO if count == 1 else logging.DEBUG)
+        ctx.meta["vsqs.traceback"] = True
+
+
+def _parse_options(ctx: click.Context, _param: click.Parameter, pairs: tuple[str, ...]) -> None:
+    options: dict[str, Any] = ctx.meta.setdefault("vsqs.storage_options", {})
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="'-o'")
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = text  # plain strings need no quotes
+        *parents, leaf = key.split(".")
+        target = options
+        for parent in parents:
+            target = target.setdefault(parent, {})
+        target[leaf] = value
+
+
+def queue_options(fn: F) -> F:
+    """``-o KEY=VALUE`` storage options and ``-v`` on a subcommand."""
+    fn = click.option(
+        "-o",
+        "--option",
+        "storage_options",
+        multiple=True,
+        metavar="KEY=VALUE",
+        expose_value=False,
+        callback=_parse_options,
+        help="Storage option for s3:// or gs:// queues (repeatable). VALUE is JSON "
+        "if it parses (true, 3, {...}), else a string; a.b=v nests.",
+    )(fn)
+    return verbose_option(fn)
+
+
+def verbose_option(fn: F) -> F:
+    return click.option(
+        "-v",
+        "--verbose",
+        count=True,
+        expose_value=False,
+        callback=_set_verbosity,
+        help="Log INFO (-vv: DEBUG) to stderr and show tracebacks.",
+    )(fn)
+
+
+def storage_options() -> dict[str, Any] | None:
+    """The ``-o`` options of the command being run."""
+    return click.get_current_context().meta.get("vsqs.storage_options") or None
+
+
+def open_queue(url: str, *, create: bool = False) -> Queue:
+    return Queue(url, storage_options=storage_options(), create=create)
+
+
+def _quiet() -> bool:
+    return not (sys.stdout.isatty() and sys.stderr.isatty())
+
+
+@contextmanager
+def progress_bar(desc: str, total: int | None = None) -> Iterator[tqdm]:
+    """A tqdm bar on stderr, shown only on a terminal."""
+    with tqdm(desc=desc, total=total, unit="msg", disable=_quiet(), leave=False) as bar:
+        yield bar
+
+
+@contextmanager
+def progress_callback(desc: str) -> Iterator[Progress]:
+    """A :data:`vsqs._queue.Progress` callback that drives a bar."""
+    with progress_bar(desc) as bar:
+
+        def update(done: int, total: int | None) -> None:
+            if total is not None and bar.total != total:
+                bar.total = total
+            bar.update(done - bar.n)
+
+        yield update
+
+
+SECONDS = click.FloatRange(0, MAX_SECONDS)

@@ -1,0 +1,334 @@
+"""An asyncio facade over :class:`vsqs.Queue` for code that lives in an event loop.
+
+    >>> import vsqs.aio
+    >>> async def main():  # doctest: +SKIP
+    ...     async with vsqs.aio.Queue("/tmp/vsqs-doc/jobs") as q:
+    ...         await q.send(b"hello")
+    ...         msg = await q.receive(wait=20)
+    ...         await msg.delete()
+
+Every method is the synchronous one run on the queue's own thread pool
+(``max_threads`` threads), so storage calls never block the event loop and
+the guarantees are those of :class:`vsqs.Queue`. Constructing a queue does no
+I/O: it is opened (and created) by the first call, or by ``async with``.
+
+Cancelling a long-poll ``receive(wait=...)`` raises ``CancelledError`` in the
+caller at once. The thread behind it stops at its next wake-up (within about
+a second) without claiming more; a message it had claimed just before is
+released at once, so a cancelled receive never keeps a message hidden.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime
+from types import TracebackType
+from typing import Any, ParamSpec, TypeVar
+
+from . import _queue
+from ._errors import InvalidArgument, ReceiptExpired, VsqsError
+from ._queue import Body, Progress, QueueStats
+
+log = logging.getLogger("vsqs")
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+class Message:
+    """A received (or peeked) message; ``delete``, ``extend`` and ``release`` are awaitable."""
+
+    def __init__(self, queue: Queue, message: _queue.Message) -> None:
+        self._queue, self.sync = queue, message
+
+    @property
+    def id(self) -> str:
+        return self.sync.id
+
+    @property
+    def body(self) -> bytes:
+        return self.sync.body
+
+    @property
+    def receipt(self) -> str | None:
+        return self.sync.receipt
+
+    @property
+    def receive_count(self) -> int:
+        return self.sync.receive_count
+
+    @property
+    def sent_at(self) -> datetime:
+        return self.sync.sent_at
+
+    @property
+    def visible_at(self) -> datetime | None:
+        return self.sync.visible_at
+
+    async def delete(self) -> None:
+        """Acknowledge: see :meth:`vsqs.Queue.delete`."""
+        await self._queue.delete(self)
+
+    async def extend(self, visibility_timeout: float) -> Message:
+        """Keep it invisible longer: see :meth:`vsqs.Queue.extend`."""
+        return await self._queue.extend(self, visibility_timeout)
+
+    async def release(self, *, delay: float = 0) -> None:
+        """Negative acknowledge: see :meth:`vsqs.Queue.release`."""
+        await self._queue.release(self, delay=delay)
+
+    def __repr__(self) -> str:
+        return f"vsqs.aio.{self.sync!r}"
+
+
+class Queue:
+    """:class:`vsqs.Queue` with ``async`` methods; takes the same arguments.
+
+    ``url`` may also be an open :class:`vsqs.Queue`, which is then used (and
+    left open on :meth:`close`).
+    """
+
+    def __init__(self, url: object, *, max_threads: int = 16, **queue_args: Any) -> None:
+        if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 1:
+            raise InvalidArgument(f"max_threads must be a positive int, not {max_threads!r}")
+        self._url, self._queue_args = url, queue_args
+        self._sync: _queue.Queue | None = url if isinstance(url, _queue.Queue) else None
+        self._owns_sync = self._sync is None
+        self._executor = ThreadPoolExecutor(max_threads, thread_name_prefix="vsqs-aio")
+        self._opening: asyncio.Lock | None = None
+        self._receives: set[threading.Event] = set()
+
+    async def _call(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+
+    async def open(self) -> _queue.Queue:
+        """Open (and by default create) the queue; return the synchronous one behind it."""
+        if self._sync is None:
+            if self._opening is None:
+                self._opening = asyncio.Lock()
+            async with self._opening:
+                if self._sync is None:
+                    self._sync = await self._call(_queue.Queue, self._url, **self._queue_args)
+        return self._sync
+
+    async def close(self) -> None:
+        """Stop pending receives and close the queue (if this facade opened it)."""
+        for cancelled in list(self._receives):
+            cancelled.set()
+        await asyncio.to_thread(self._executor.shutdown, wait=True)
+        if self._sync is not None and self._owns_sync:
+            self._sync.close()
+
+    async def __aenter__(self) -> Queue:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def url(self) -> str:
+        """The queue's URL (known once it is open)."""
+        return self._sync.url if self._sync is not None else str(self._url)
+
+    def __repr__(self) -> str:
+        return f"vsqs.aio.Queue({self.url!r})"
+
+    # -------------------------------------------------------------- methods
+    async def send(self, body: Body, *, delay: float = 0) -> str:
+        """See :meth:`vsqs.Queue.send`."""
+        queue = await self.open()
+        return await self._call(queue.send, body, delay=delay)
+
+    async def send_batch(self, bodies: Iterable[Body], *, delay: float = 0) -> list[str]:
+        """See :meth:`vsqs.Queue.send_batch`."""
+        queue = await self.open()
+        return await self._call(queue.send_batch, list(bodies), delay=delay)
+
+    async def receive(
+        self, *, visibility_timeout: float | None = None, wait: float = 0
+    ) -> Message | None:
+        """See :meth:`vsqs.Queue.receive`; cancellable while it waits."""
+        got = await self.receive_batch(1, visibility_timeout=visibility_timeout, wait=wait)
+        return got[0] if got else None
+
+    async def receive_batch(
+        self, max_messages: int = 10, *, visibility_timeout: float | None = None, wait: float = 0
+    ) -> list[Message]:
+        """See :meth:`vsqs.Queue.receive_batch`; cancellable while it waits."""
+        queue = await self.open()
+        cancelled = threading.Event()
+        self._receives.add(cancelled)
+        future = self._executor.submit(
+            queue._receive_batch, max_messages, visibility_timeout, wait, cancelled
+        )
+        try:
+            got = await asyncio.shield(asyncio.wrap_future(future))
+        except asyncio.CancelledError:
+            cancelled.set()
+            future.add_done_callback(_release_unwanted)
+            raise
+        finally:
+            self._receives.discard(cancelled)
+        return [Message(self, m) for m in got]
+
+    async def delete(self, msg_or_receipt: Message | str) -> None:
+        """See :meth:`vsqs.Queue.delete`."""
+        queue = await self.open()
+        await self._call(queue.delete, _unwrap(msg_or_receipt))
+
+    async def extend(self, msg_or_receipt: Message | str, visibility_timeout: float) -> Message:
+        """See :meth:`vsqs.Queue.extend`."""
+        queue = await self.open()
+        extended = await self._call(queue.extend, _unwrap(msg_or_receipt), visibility_timeout)
+        return msg_or_receipt if isinstance(msg_or_receipt, Message) else Message(self, extended)
+
+    async def release(self, msg_or_receipt: Message | str, *, delay: float = 0) -> None:
+        """See :meth:`vsqs.Queue.release`."""
+        queue = await self.open()
+        await self._call(queue.release, _unwrap(msg_or_receipt), delay=delay)
+
+    async def peek(self, max_messages: int = 10) -> list[Message]:
+        """See :meth:`vsqs.Queue.peek`."""
+        queue = await self.open()
+        return [Message(self, m) for m in await self._call(queue.peek, max_messages)]
+
+    async def stats(self) -> QueueStats:
+        """See :meth:`vsqs.Queue.stats`."""
+        queue = await self.open()
+        return await self._call(queue.stats)
+
+    async def purge(self, *, progress: Progress | None = None) -> int:
+        """See :meth:`vsqs.Queue.purge` (``progress`` is called from a worker thread)."""
+        queue = await self.open()
+        return await self._call(queue.purge, progress=progress)
+
+    async def gc(self, *, progress: Progress | None = None) -> list[str]:
+        """See :meth:`vsqs.Queue.gc` (``progress`` is called from a worker thread)."""
+        queue = await self.open()
+        return await self._call(queue.gc, progress=progress)
+
+    async def consume(
+        self,
+        handler: Callable[[Message], Awaitable[object]],
+        *,
+        visibility_timeout: float | None = None,
+        max_messages: int | None = None,
+        idle_timeout: float | None = None,
+        stop: asyncio.Event | None = None,
+    ) -> int:
+        """Await ``handler`` on messages one at a time; return how many succeeded.
+
+        As :meth:`vsqs.Queue.consume`: while the handler runs, a heartbeat task
+        extends the message every third of the visibility timeout; the message
+        is deleted when the handler returns and released when it raises (or
+        is cancelled, in which case the cancellation propagates). Stops after
+        ``max_messages``, after ``idle_timeout`` seconds without a message, or
+        once ``stop`` is set.
+        """
+        queue = await self.open()
+        vt = queue._vt_ms(visibility_timeout) / 1000
+        loop = asyncio.get_running_loop()
+        taken = succeeded = 0
+        idle_since = loop.time()
+        while max_messages is None or taken < max_messages:
+            if stop is not None and stop.is_set():
+                break
+            waited = loop.time() - idle_since
+            if idle_timeout is not None and waited >= idle_timeout:
+                break
+            poll = 0.5 if idle_timeout is None else min(0.5, idle_timeout - waited)
+            message = await self.receive(visibility_timeout=vt, wait=poll)
+            if message is None:
+                continue
+            taken += 1
+            succeeded += await self._handle(message, handler, vt)
+            idle_since = loop.time()
+        return succeeded
+
+    async def _handle(
+        self, message: Message, handler: Callable[[Message], Awaitable[object]], vt: float
+    ) -> bool:
+        heartbeat = asyncio.create_task(self._heartbeat(message, vt)) if vt > 0 else None
+        try:
+            try:
+                await handler(message)
+            finally:
+                if heartbeat is not None:
+                    heartbeat.cancel()
+        except asyncio.CancelledError:
+            await self._settle(message, failed=True)
+            raise
+        except Exception:
+            log.exception("%s: handler failed on %s; releasing it", self.url, message.id)
+            return await self._settle(message, failed=True)
+        return await self._settle(message, failed=False)
+
+    async def _heartbeat(self, message: Message, vt: float) -> None:
+        while True:
+            await asyncio.sleep(vt / 3)
+            try:
+                await message.extend(vt)
+            except VsqsError as exc:
+                log.warning("%s: heartbeat for %s stopped: %s", self.url, message.id, exc)
+                return
+
+    async def _settle(self, message: Message, *, failed: bool) -> bool:
+        if message.sync._done:
+            return not failed
+        try:
+            await (message.release() if failed else message.delete())
+        except ReceiptExpired:
+            log.warning(
+                "%s: %s became visible again before its handler finished; it will be redelivered",
+                self.url,
+                message.id,
+            )
+            return False
+        return not failed
+
+
+async def redrive(
+    dead_letter: object,
+    source: object,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    max_messages: int | None = None,
+) -> int:
+    """:func:`vsqs.redrive` on a worker thread."""
+    return await asyncio.to_thread(
+        _queue.redrive,
+        dead_letter,
+        source,
+        storage_options=storage_options,
+        max_messages=max_messages,
+    )
+
+
+def _unwrap(msg_or_receipt: Message | str) -> _queue.Message | str:
+    return msg_or_receipt.sync if isinstance(msg_or_receipt, Message) else msg_or_receipt
+
+
+def _release_unwanted(future: Future[list[_queue.Message]]) -> None:
+    """Release what a receive claimed after its caller was cancelled."""
+    if future.cancelled() or future.exception() is not None:
+        return
+    for message in future.result():
+        try:
+            message.release()
+        except VsqsError as exc:  # it comes back at its visibility timeout anyway
+            log.warning("%s: could not release after a cancelled receive: %s", message.id, exc)
+
+
+__all__ = ["Message", "Queue", "redrive"]
