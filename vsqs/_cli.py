@@ -21,6 +21,7 @@ import click
 
 from ._cli_common import (
     SECONDS,
+    max_option,
     open_queue,
     progress_bar,
     progress_callback,
@@ -210,16 +211,7 @@ def _chunks(items: Iterator[bytes], size: int) -> Iterator[list[bytes]]:
 
 @main.command(short_help="Receive messages: bodies or JSON lines.")
 @click.argument("url", metavar="QUEUE")
-@click.option(
-    "-n",
-    "--max",
-    "max_messages",
-    type=click.IntRange(1),
-    metavar="N",
-    default=1,
-    show_default=True,
-    help="Receive up to this many messages.",
-)
+@max_option(1, "Receive up to this many messages.")
 @click.option(
     "-w",
     "--wait",
@@ -283,15 +275,17 @@ def _receipts(receipts: tuple[str, ...]) -> Iterator[str]:
 
 
 def _each_receipt(receipts: tuple[str, ...], action: Callable[[str], object], verb: str) -> None:
-    stale = 0
+    """Act on every receipt; then fail (exit 1) if any was stale, one line for each."""
+    stale = []
     for receipt in _receipts(receipts):
         try:
             action(receipt)
         except ReceiptExpired as exc:
-            stale += 1
-            click.echo(f"vsqs: {exc}", err=True)
+            stale.append(str(exc))
+    for line in stale[:-1]:
+        click.echo(f"vsqs: error: {line}", err=True)
     if stale:
-        raise click.ClickException(f"{stale} receipt(s) no longer current: not {verb}")
+        raise click.ClickException(stale[-1])
 
 
 @main.command(short_help="Acknowledge received messages by receipt.")
@@ -341,15 +335,7 @@ def release(url: str, receipts: tuple[str, ...], delay: float) -> None:
 
 @main.command(short_help="Show the oldest messages, receiving none.")
 @click.argument("url", metavar="QUEUE")
-@click.option(
-    "-n",
-    "--max",
-    "max_messages",
-    type=click.IntRange(1),
-    metavar="N",
-    default=10,
-    show_default=True,
-)
+@max_option(10, "Show up to this many messages.")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines with id, receive_count, body.")
 @queue_options
 def peek(url: str, max_messages: int, as_json: bool) -> None:
@@ -414,14 +400,7 @@ def purge(url: str, yes: bool) -> None:
 @main.command("redrive", short_help="Move dead letters back to their queue.")
 @click.argument("dead_letter", metavar="DLQ")
 @click.argument("source", metavar="SOURCE")
-@click.option(
-    "-n",
-    "--max",
-    "max_messages",
-    type=click.IntRange(1),
-    metavar="N",
-    help="Move at most this many.",
-)
+@max_option(None, "Move at most this many.")
 @queue_options
 def redrive_command(dead_letter: str, source: str, max_messages: int | None) -> None:
     """Move visible messages from the dead-letter queue DLQ back to SOURCE."""

@@ -57,6 +57,20 @@ def queue_options(fn: F) -> F:
     return verbose_option(fn)
 
 
+def max_option(default: int | None, help: str) -> Callable[[F], F]:
+    """``-n/--max N``: how many messages a command handles at most."""
+    return click.option(
+        "-n",
+        "--max",
+        "max_messages",
+        type=click.IntRange(1),
+        metavar="N",
+        default=default,
+        show_default=default is not None,
+        help=help,
+    )
+
+
 def verbose_option(fn: F) -> F:
     return click.option(
         "-v",

@@ -78,7 +78,7 @@ def pump(url: str, messages: int, rate: float, size: int, batch: int) -> None:
             while not messages or sent < messages:
                 count = batch if not messages else min(batch, messages - sent)
                 if rate:
-                    ahead = started + (sent + count) / rate - time.monotonic()
+                    ahead = started + sent / rate - time.monotonic()
                     if ahead > 0:
                         time.sleep(ahead)
                 queue.send_batch([pump_body(producer, sent + i, size) for i in range(count)])

@@ -14,7 +14,7 @@ from contextlib import AbstractContextManager, nullcontext, suppress
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any, NoReturn, overload
+from typing import TYPE_CHECKING, Any, NoReturn, overload
 
 from . import _names as names
 from ._config import (
@@ -40,6 +40,9 @@ from ._errors import (
 )
 from ._registry import open_store
 from ._store import Store
+
+if TYPE_CHECKING:
+    import asyncio
 
 log = logging.getLogger("vsqs")
 
@@ -411,7 +414,7 @@ class Queue:
         store = self._store
         try:
             if not store.ensure(create):
-                raise QueueNotFound(f"no queue at {self.url} (pass create=True to make one)")
+                raise QueueNotFound(f"no queue at {self.url}")
             if not store.exclusive_claims():
                 if not self._unsafe_claims:
                     raise UnsupportedStore(
@@ -424,9 +427,7 @@ class Queue:
                 config = QueueConfig.from_json(store.read(names.CONFIG_NAME), self.url)
             except FileNotFoundError:
                 if not create:
-                    raise QueueNotFound(
-                        f"{self.url} has no vsqs config (pass create=True)"
-                    ) from None
+                    raise QueueNotFound(f"no queue at {self.url} (no vsqs config in it)") from None
                 defaults = {
                     "visibility_timeout": env_seconds(
                         ENV_VISIBILITY_TIMEOUT, DEFAULT_VISIBILITY_TIMEOUT
@@ -1160,21 +1161,14 @@ class Queue:
         or when ``stop`` is set.
         """
         vt = self._vt_ms(visibility_timeout) / 1000
-        idle = None if idle_timeout is None else seconds(idle_timeout, "idle_timeout")
-        taken = succeeded = 0
-        idle_since = time.monotonic()
+        pacing = ConsumePacing(max_messages, idle_timeout, stop)
+        succeeded = 0
         with _Heartbeat(self, vt) as heartbeat:
-            while max_messages is None or taken < max_messages:
-                if stop is not None and stop.is_set():
-                    break
-                waited = time.monotonic() - idle_since
-                if idle is not None and waited >= idle:
-                    break
-                poll = 0.5 if idle is None else min(0.5, idle - waited)
+            while (poll := pacing.next_wait()) is not None:
                 message = self.receive(visibility_timeout=vt, wait=poll)
                 if message is None:
                     continue
-                taken += 1
+                pacing.received()
                 heartbeat.watch(message)
                 try:
                     handler(message)
@@ -1186,7 +1180,7 @@ class Queue:
                 finally:
                     heartbeat.watch(None)
                 succeeded += self._settle(message, failed=failed)
-                idle_since = time.monotonic()
+                pacing.finished()
         return succeeded
 
     def _settle(self, message: Message, *, failed: bool) -> bool:
@@ -1205,6 +1199,40 @@ class Queue:
                 message.id,
             )
             return False
+
+
+class ConsumePacing:
+    """When a ``consume`` loop stops, and how long each of its receives waits."""
+
+    def __init__(
+        self,
+        max_messages: int | None,
+        idle_timeout: float | None,
+        stop: threading.Event | asyncio.Event | None,
+    ) -> None:
+        self._left = max_messages
+        self._idle = None if idle_timeout is None else seconds(idle_timeout, "idle_timeout")
+        self._stop = stop
+        self._idle_since = time.monotonic()
+
+    def next_wait(self) -> float | None:
+        """Seconds the next receive may wait, or ``None`` to stop."""
+        if self._left is not None and self._left <= 0:
+            return None
+        if self._stop is not None and self._stop.is_set():
+            return None
+        if self._idle is None:
+            return 0.5
+        waited = time.monotonic() - self._idle_since
+        return None if waited >= self._idle else min(0.5, self._idle - waited)
+
+    def received(self) -> None:
+        if self._left is not None:
+            self._left -= 1
+
+    def finished(self) -> None:
+        """A message was handled: the idle clock starts again."""
+        self._idle_since = time.monotonic()
 
 
 class _Heartbeat:

@@ -31,7 +31,7 @@ from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
 from . import _queue
-from ._errors import InvalidArgument, ReceiptExpired, VsqsError
+from ._errors import InvalidArgument, VsqsError
 from ._queue import Body, Progress, QueueStats
 
 log = logging.getLogger("vsqs")
@@ -239,22 +239,15 @@ class Queue:
         """
         queue = await self.open()
         vt = queue._vt_ms(visibility_timeout) / 1000
-        loop = asyncio.get_running_loop()
-        taken = succeeded = 0
-        idle_since = loop.time()
-        while max_messages is None or taken < max_messages:
-            if stop is not None and stop.is_set():
-                break
-            waited = loop.time() - idle_since
-            if idle_timeout is not None and waited >= idle_timeout:
-                break
-            poll = 0.5 if idle_timeout is None else min(0.5, idle_timeout - waited)
+        pacing = _queue.ConsumePacing(max_messages, idle_timeout, stop)
+        succeeded = 0
+        while (poll := pacing.next_wait()) is not None:
             message = await self.receive(visibility_timeout=vt, wait=poll)
             if message is None:
                 continue
-            taken += 1
+            pacing.received()
             succeeded += await self._handle(message, handler, vt)
-            idle_since = loop.time()
+            pacing.finished()
         return succeeded
 
     async def _handle(
@@ -285,18 +278,8 @@ class Queue:
                 return
 
     async def _settle(self, message: Message, *, failed: bool) -> bool:
-        if message.sync._done:
-            return not failed
-        try:
-            await (message.release() if failed else message.delete())
-        except ReceiptExpired:
-            log.warning(
-                "%s: %s became visible again before its handler finished; it will be redelivered",
-                self.url,
-                message.id,
-            )
-            return False
-        return not failed
+        queue = await self.open()
+        return await self._call(queue._settle, message.sync, failed=failed)
 
 
 async def redrive(
