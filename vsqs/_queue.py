@@ -940,13 +940,10 @@ class Queue:
             raise ReceiptExpired(f"cannot {what}: {receipt} is no longer current") from None
         except OSError as exc:
             _storage_error(exc, f"{what} in {self.url}")
-        self._candidates.forget(receipt)
-        self._note_invisible(new, expiry_ms)
-        return new
-
-    def _note_invisible(self, name: str, expiry_ms: int) -> None:
         with self._lock:
-            self._candidates.add_invisible(name, expiry_ms)
+            self._candidates.forget(receipt)
+            self._candidates.add_invisible(new, expiry_ms)
+        return new
 
     def _note_sent(self, name: str, visible_at: int | None) -> None:
         """Let this client's receives see its own sends in FIFO order at once.
