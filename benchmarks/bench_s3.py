@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
-import subprocess
 import sys
 import time
 import uuid
@@ -35,32 +34,11 @@ from typing import Any
 import vsqs
 from vsqs._store_object import ObjectStore
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests._moto_server import moto_s3
+
 BODY = b"x" * 100
 ctx = multiprocessing.get_context("spawn")
-
-#: The test suite's moto launcher: prints its OS-chosen port, stops when stdin closes.
-MOTO_SERVER = Path(__file__).resolve().parents[1] / "tests" / "_moto_server.py"
-
-
-def start_moto() -> tuple[subprocess.Popen[str], dict[str, Any]]:
-    process = subprocess.Popen(
-        [sys.executable, str(MOTO_SERVER)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    assert process.stdout is not None
-    endpoint = f"http://127.0.0.1:{int(process.stdout.readline())}"
-    options = {
-        "key": "bench",
-        "secret": "bench",
-        "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
-    }
-    import s3fs
-
-    s3fs.S3FileSystem(**options).call_s3("create_bucket", Bucket="bench")
-    return process, options
 
 
 def fresh_url() -> str:
@@ -192,18 +170,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")
     args = parser.parse_args(argv)
     count = 200 if args.quick else 1000
-    process, options = start_moto()
-    try:
+    with moto_s3("bench") as options:  # the test suite's launcher
         small = count_requests(options, 10)
         large = count_requests(options, 200 if args.quick else 3000)
         raw_send, raw_receive = raw_lifecycle(options, count)
         send, receive = vsqs_lifecycle(options, count)
         four, four_requests = consumers(options, count, 4)
         eight, eight_requests = consumers(options, count, 8)
-    finally:
-        assert process.stdin is not None
-        process.stdin.close()
-        process.wait(30)
     figures = {
         "requests_small_backlog": small,
         "requests_large_backlog": large,

@@ -11,16 +11,16 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
+
+from ._moto_server import moto_s3
 
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
@@ -64,27 +64,8 @@ def _wait_http(url: str, process: subprocess.Popen[Any]) -> None:
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[Server]:
     pytest.importorskip("moto.server")
-    process = subprocess.Popen(
-        [sys.executable, str(Path(__file__).with_name("_moto_server.py"))],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        endpoint = f"http://127.0.0.1:{int(process.stdout.readline())}"
-        options = {
-            "key": "testing",
-            "secret": "testing",
-            "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
-        }
-        import s3fs
-
-        s3fs.S3FileSystem(**options).call_s3("create_bucket", Bucket="vsqs-test")
+    with moto_s3("vsqs-test") as options:
         yield Server("s3://vsqs-test", options)
-    finally:
-        _stop(process)
 
 
 def _free_port() -> int:

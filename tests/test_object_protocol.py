@@ -255,6 +255,20 @@ def test_a_split_listing_never_drops_an_uncopied_source(memory_server: Server) -
     assert message_id in raw_names(store), "an uncopied source was deleted"
 
 
+def test_a_young_marker_without_its_source_is_kept(memory_server: Server) -> None:
+    """Window "paged listing": a marker listed without its source may only
+    mean the source's page was taken before it was created. Collected young,
+    the marker would stop hiding a source that is being moved."""
+    store = object_store(memory_server)
+    vsqs.Queue(store).close()
+    message_id = "1700000000000-0000-0123456789abcdef"
+    target = names.invisible_name(message_id, 1_700_000_009_000, 1)
+    store.io.create(message_id + MOVED_SUFFIX, f"{target}\nother-client".encode())
+    assert store._settle([(message_id + MOVED_SUFFIX, time.time())]) == []
+    store.close()  # removes every marker collected as spent
+    assert message_id + MOVED_SUFFIX in raw_names(store), "a young marker was collected"
+
+
 def test_a_late_ack_loses_to_a_claim_in_progress(memory_server: Server) -> None:
     """Window "late ack": a receipt past its expiry is being claimed again
     (the claimer's marker is made, its copy not yet). The holder's ack must

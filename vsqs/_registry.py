@@ -91,7 +91,7 @@ def _display_url(url: str, path: str, bucketed: bool) -> str:
 
 def _filesystem(scheme: str, url: str, storage_options: dict[str, Any]) -> tuple[Any, str]:
     """The fsspec filesystem of ``url`` and the path in it (no trailing slash)."""
-    package, extra = _PACKAGES.get(scheme, (None, None))
+    package, extra = _PACKAGES.get(scheme.rpartition("::")[2], (None, None))
     try:
         import fsspec
         import fsspec.core

@@ -373,8 +373,9 @@ class ObjectStore(Store):
         try:
             self._move(src, dst, marker)
         except BaseException:
-            with self._lock:  # committed, outcome unknown: src is no plain receipt now
-                self._uncertain.add(src)
+            if _held(src):  # committed, outcome unknown: src is no plain receipt now
+                with self._lock:
+                    self._uncertain.add(src)
             raise
 
     def _claim(self, target: str) -> bytes:
@@ -456,9 +457,8 @@ class ObjectStore(Store):
             uncertain = name in self._uncertain
             self._uncertain.discard(name)
         parsed = names.parse(name)
-        movable = parsed is not None and parsed.state != names.NEW  # claims can race it
         far = parsed is not None and (parsed.expiry_ms or 0) / 1000 - time.time() > ACK_MARGIN
-        if not uncertain and (far or not movable):
+        if not uncertain and (far or not _movable(name)):  # not movable: no claim races it
             self.io.delete(name, tag)
             return
         marker = name + MOVED_SUFFIX
@@ -476,6 +476,12 @@ class ObjectStore(Store):
     def wait_for_change(self, token: Hashable, timeout: float) -> bool:
         time.sleep(max(0.0, min(timeout, POLL_INTERVAL)))
         return True
+
+
+def _held(name: str) -> bool:
+    """Whether ``name`` is an invisible message name: a receipt, or a delayed send."""
+    parsed = names.parse(name)
+    return parsed is not None and parsed.state == names.INVISIBLE
 
 
 def _movable(name: str) -> bool:
