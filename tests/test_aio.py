@@ -173,6 +173,22 @@ def test_it_wraps_an_open_queue_and_takes_receipts(tmp_path: Path) -> None:
     assert vsqs.aio is __import__("vsqs").aio
 
 
+def test_construction_does_no_io_and_close_stops_pending_receives(tmp_path: Path) -> None:
+    async def main() -> None:
+        unopened = vsqs.aio.Queue(tmp_path / "never")
+        await unopened.close()
+        assert not (tmp_path / "never").exists()
+        q = vsqs.aio.Queue(tmp_path / "q")
+        waiting = asyncio.create_task(q.receive(wait=60))
+        await asyncio.sleep(0.2)
+        started = time.monotonic()
+        await asyncio.wait_for(q.close(), timeout=10)
+        assert await asyncio.wait_for(waiting, timeout=10) is None
+        assert time.monotonic() - started < 5, "close waited for the long poll to time out"
+
+    asyncio.run(main())
+
+
 def test_redrive(tmp_path: Path) -> None:
     with vsqs.Queue(tmp_path / "q", max_receives=1, dead_letter="dlq") as q:
         q.send(b"poison")

@@ -53,7 +53,7 @@ def json_lines(text: str) -> list[dict[str, Any]]:
 def test_send_from_arguments_stdin_and_file_then_receive_as_json(tmp_path: Path) -> None:
     q = str(tmp_path / "jobs")
     ids = ok("send", q, "one", "two").split()
-    ids += ok("send", q, input="three\n").split()
+    ids += ok("send", q, input="three\r\n").split()
     lines = tmp_path / "lines.txt"
     lines.write_bytes(b"four\r\nfive\n\nseven")
     ids += ok("send", q, "--file", str(lines)).split()
@@ -111,6 +111,17 @@ def test_extend_release_and_stale_receipts(tmp_path: Path) -> None:
     ok("release", q, new_receipt)
     (again,) = json_lines(ok("receive", q, "--json"))
     assert again["id"] == first["id"] and again["receive_count"] == 2
+
+
+def test_every_receipt_is_tried_and_each_stale_one_is_a_line(tmp_path: Path) -> None:
+    q = str(tmp_path / "q")
+    ok("send", q, "a", "b")
+    got = json_lines(ok("receive", q, "--max", "2", "--json"))
+    ok("delete", q, got[1]["receipt"])
+    done = run("delete", q, got[1]["receipt"], got[0]["receipt"], got[1]["receipt"])
+    assert done.returncode == 1
+    assert done.stderr.count("no longer current") == 2 and done.stderr.count("\n") == 2
+    assert vsqs.Queue(q).stats().in_flight == 0, "the good receipt between them was not deleted"
 
 
 def test_peek_changes_nothing(tmp_path: Path) -> None:
@@ -219,6 +230,8 @@ def test_environment_defaults(tmp_path: Path) -> None:
     assert "vsqs: INFO: " in logged.stderr and "purged 0 messages" in logged.stderr
     bad = run("stats", q, env={"VSQS_DURABLE": "maybe"})
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "VSQS_DURABLE" in bad.stderr
+    bad = run("stats", q, env={"VSQS_LOG_LEVEL": "loud"})
+    assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "VSQS_LOG_LEVEL" in bad.stderr
 
 
 def test_s3_queue_from_store_environment_and_options(s3_server: Server) -> None:

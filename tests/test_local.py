@@ -262,3 +262,34 @@ def test_list_queues_skips_what_is_not_a_queue(tmp_path: Path) -> None:
     assert vsqs.list_queues(tmp_path) == [str(tmp_path / "jobs"), str(tmp_path / "orders")]
     with pytest.raises(vsqs.QueueNotFound):
         vsqs.list_queues(tmp_path / "missing")
+
+
+def test_lost_claims_spread_receivers_as_documented() -> None:
+    """docs/format.md: from the second loss in a row (the first where a loss
+    costs requests, skipping up to 31 names), twice as far per loss, up to 64."""
+    from vsqs._queue import skip_bound
+
+    assert [skip_bound(n, costly=False) for n in (1, 2, 3, 7, 8)] == [1, 2, 4, 64, 64]
+    assert [skip_bound(n, costly=True) for n in (1, 2, 3)] == [32, 64, 64]
+
+
+def test_environment_defaults_yield_to_arguments_and_the_queue_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VSQS_DURABLE", "0")
+    monkeypatch.setenv("VSQS_VISIBILITY_TIMEOUT", "7")
+    monkeypatch.setenv("VSQS_NEW_GRACE", "0")
+    with vsqs.Queue(tmp_path / "q") as q:
+        assert q.durable is False and q.config.visibility_timeout == 7
+        stale = names.new_name(q._next_id())
+        (tmp_path / "q" / stale).write_bytes(b"just written")
+        time.sleep(0.01)
+        assert q.gc() == [stale]  # no grace at all
+    with vsqs.Queue(tmp_path / "q", durable=True, new_grace=60) as q:
+        assert q.durable is True
+        fresh = names.new_name(q._next_id())
+        (tmp_path / "q" / fresh).write_bytes(b"being written")
+        assert q.gc() == []
+    monkeypatch.setenv("VSQS_VISIBILITY_TIMEOUT", "99")  # only for queues created now
+    with vsqs.Queue(tmp_path / "q") as q:
+        assert q.config.visibility_timeout == 7

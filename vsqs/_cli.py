@@ -31,7 +31,7 @@ from ._cli_common import (
 )
 from ._cli_load import demo, pump, sink
 from ._errors import ReceiptExpired, VsqsError
-from ._queue import Message, Queue, QueueStats, redrive
+from ._queue import Message, QueueStats, redrive
 from ._registry import list_queues
 
 #: ``VSQS_LOG_LEVEL`` (DEBUG, INFO, WARNING) sets the log level when no -v is given.
@@ -113,10 +113,9 @@ def create(
     url: str, visibility_timeout: float | None, max_receives: int | None, dead_letter: str | None
 ) -> None:
     """Create QUEUE with these defaults (or check an existing one agrees)."""
-    options = storage_options()
-    with Queue(
+    with open_queue(
         url,
-        storage_options=options,
+        create=True,
         visibility_timeout=visibility_timeout,
         max_receives=max_receives,
         dead_letter=dead_letter,
@@ -177,25 +176,26 @@ def send(
         raise click.UsageError("give a BODY, --file, or pipe the body into stdin")
     with open_queue(url, create=create) as queue:
         if bodies:
-            ids = queue.send_batch(list(bodies), delay=delay)
+            _out_ids(queue.send_batch(list(bodies), delay=delay))
         elif lines_file is None:
             body = sys.stdin.buffer.read()
-            if not raw and body.endswith(b"\n"):
-                body = body[:-2] if body.endswith(b"\r\n") else body[:-1]
-            ids = [queue.send(body, delay=delay)]
+            _out_ids([queue.send(body if raw else _strip_eol(body), delay=delay)])
         else:
-            ids = []
             with progress_bar("sent") as bar:
-                for chunk in _chunks(_lines(lines_file), batch):
-                    sent = queue.send_batch(chunk, delay=delay)
-                    _out("".join(f"{i}\n" for i in sent).encode())
-                    bar.update(len(sent))
-        _out("".join(f"{i}\n" for i in ids).encode())
+                for chunk in _chunks((_strip_eol(line) for line in lines_file), batch):
+                    _out_ids(queue.send_batch(chunk, delay=delay))
+                    bar.update(len(chunk))
 
 
-def _lines(stream: BinaryIO) -> Iterator[bytes]:
-    for line in stream:
-        yield line[:-2] if line.endswith(b"\r\n") else line.rstrip(b"\n")
+def _out_ids(ids: list[str]) -> None:
+    _out("".join(f"{i}\n" for i in ids).encode())
+
+
+def _strip_eol(data: bytes) -> bytes:
+    """``data`` without one final ``\\n`` or ``\\r\\n``."""
+    if data.endswith(b"\r\n"):
+        return data[:-2]
+    return data[:-1] if data.endswith(b"\n") else data
 
 
 def _chunks(items: Iterator[bytes], size: int) -> Iterator[list[bytes]]:
@@ -274,7 +274,7 @@ def _receipts(receipts: tuple[str, ...]) -> Iterator[str]:
             yield receipt
 
 
-def _each_receipt(receipts: tuple[str, ...], action: Callable[[str], object], verb: str) -> None:
+def _each_receipt(receipts: tuple[str, ...], action: Callable[[str], object]) -> None:
     """Act on every receipt; then fail (exit 1) if any was stale, one line for each."""
     stale = []
     for receipt in _receipts(receipts):
@@ -295,7 +295,7 @@ def _each_receipt(receipts: tuple[str, ...], action: Callable[[str], object], ve
 def delete(url: str, receipts: tuple[str, ...]) -> None:
     """Delete (acknowledge) received messages by receipt ('-': one per line of stdin)."""
     with open_queue(url) as queue:
-        _each_receipt(receipts, queue.delete, "deleted")
+        _each_receipt(receipts, queue.delete)
 
 
 @main.command(short_help="Keep a received message hidden longer.")
@@ -330,7 +330,7 @@ def extend(url: str, receipt: str, visibility_timeout: float) -> None:
 def release(url: str, receipts: tuple[str, ...], delay: float) -> None:
     """Give received messages back (negative acknowledge), keeping their place."""
     with open_queue(url) as queue:
-        _each_receipt(receipts, lambda r: queue.release(r, delay=delay), "released")
+        _each_receipt(receipts, lambda r: queue.release(r, delay=delay))
 
 
 @main.command(short_help="Show the oldest messages, receiving none.")
@@ -363,7 +363,8 @@ def peek(url: str, max_messages: int, as_json: bool) -> None:
 @queue_options
 def stats(url: str, as_json: bool, watch: bool, interval: float, count: int | None) -> None:
     """Show the queue's counts by state and the ages an operator graphs."""
-    refresh = watch and not as_json and sys.stdout.isatty()
+    refresh = watch and not as_json and sys.stdout.isatty()  # redraw in place
+    gap = watch and not as_json and not refresh  # a blank line between tables
     with open_queue(url) as queue:
         shown = 0
         try:
@@ -372,7 +373,7 @@ def stats(url: str, as_json: bool, watch: bool, interval: float, count: int | No
                 if refresh:
                     click.clear()
                 text = (stats_json if as_json else stats_table)(queue.url, figures)
-                click.echo(text if as_json or not watch or refresh else text + "\n")
+                click.echo(text + "\n" * gap)
                 shown += 1
                 if not watch or (count is not None and shown >= count):
                     return
@@ -440,7 +441,7 @@ def queues(root: str, as_json: bool) -> None:
     options = storage_options()
     rows = []
     for url in list_queues(root, storage_options=options):
-        with Queue(url, storage_options=options, create=False) as queue:
+        with open_queue(url) as queue:
             figures = queue.stats()
         if as_json:
             click.echo(stats_json(url, figures))

@@ -87,8 +87,9 @@ def storage_options() -> dict[str, Any] | None:
     return click.get_current_context().meta.get("vsqs.storage_options") or None
 
 
-def open_queue(url: str, *, create: bool = False) -> Queue:
-    return Queue(url, storage_options=storage_options(), create=create)
+def open_queue(url: str, *, create: bool = False, **queue_args: Any) -> Queue:
+    """The queue at ``url`` with the command's ``-o`` options (by default, only if it exists)."""
+    return Queue(url, storage_options=storage_options(), create=create, **queue_args)
 
 
 def _quiet() -> bool:

@@ -24,6 +24,8 @@ from ._cli_common import SECONDS, open_queue, progress_bar, queue_options
 from ._queue import Message, Queue
 
 PUMP_PREFIX = b"pump "
+#: Seconds a demo consumer waits for more before it stops.
+DEMO_IDLE = 3.0
 
 
 def pump_body(producer: str, seq: int, size: int) -> bytes:
@@ -256,7 +258,7 @@ def demo(directory: Path | None, messages: int, consumers: int, batch: int) -> N
     outs = [str(work / f"consumer-{i}.log") for i in range(consumers)]
     started = time.monotonic()
     procs = [ctx.Process(target=_produce, args=(url, messages, batch))]
-    procs += [ctx.Process(target=_consume, args=(url, out, 3.0)) for out in outs]
+    procs += [ctx.Process(target=_consume, args=(url, out, DEMO_IDLE)) for out in outs]
     for proc in procs:
         proc.start()
     with progress_bar("acked", messages) as bar:
@@ -264,7 +266,7 @@ def demo(directory: Path | None, messages: int, consumers: int, batch: int) -> N
             bar.update(sum(_count_lines(out) for out in outs) - bar.n)
             time.sleep(0.2)
         bar.update(sum(_count_lines(out) for out in outs) - bar.n)
-    elapsed = time.monotonic() - started - 3.0  # consumers idle 3 s before they stop
+    elapsed = time.monotonic() - started - DEMO_IDLE  # consumers idle before they stop
     seen: Counter[str] = Counter()
     redelivered = 0
     for out in outs:
