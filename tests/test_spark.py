@@ -28,7 +28,8 @@ from pyspark.sql import functions as F  # noqa: E402
 
 import vsqs.spark  # noqa: E402
 from vsqs.spark._options import Options  # noqa: E402
-from vsqs.spark._read import NamesPartition, read_partition  # noqa: E402
+from vsqs.spark._read import NamesPartition, _bodies, read_partition  # noqa: E402
+from vsqs.spark._stream import QueueStreamReader  # noqa: E402
 
 from .servers import Server  # noqa: E402
 
@@ -130,6 +131,22 @@ def test_a_message_that_moves_or_vanishes_after_the_listing(tmp_path: Path) -> N
         (sent[0], b"a", 1),
         (sent[2], b"c", 0),
     ]
+    assert [r["state"] for r in rows] == ["in_flight", "ready"]
+
+
+def test_a_message_that_moves_again_after_the_new_listing_is_still_read(tmp_path: Path) -> None:
+    with vsqs.Queue(tmp_path / "q") as q:
+        sent = q.send_batch([b"a", b"b"])
+        store = vsqs.LocalStore(str(tmp_path / "q"))
+        store.ensure(create=False)
+        reading = _bodies(store, sorted(sent))
+        assert q.receive(visibility_timeout=600) is not None  # a moves: the read lists again
+        parsed, body = next(reading)
+        assert (parsed.id, body, parsed.receive_count) == (sent[0], b"a", 1)
+        assert q.receive(visibility_timeout=600) is not None  # b moves after that listing
+        parsed, body = next(reading)
+        assert (parsed.id, body, parsed.receive_count) == (sent[1], b"b", 1)
+        assert next(reading, None) is None
 
 
 @pytest.mark.parametrize(
@@ -214,7 +231,8 @@ def test_a_stream_restarts_from_its_checkpoint_without_gaps_or_repeats(
     q.receive(visibility_timeout=600)  # a consumer's claim does not hide it from the tail
     run_stream(spark, tmp_path / "q", out, checkpoint)
     assert sorted(streamed(spark, out)) == first + second
-    assert len(q.stats().__dict__) and q.stats().ready == 6, "the stream changed the queue"
+    stats = q.stats()
+    assert (stats.ready, stats.in_flight) == (6, 1), "the stream changed the queue"
 
 
 def test_a_late_landing_message_is_not_skipped(spark: SparkSession, tmp_path: Path) -> None:
@@ -232,6 +250,39 @@ def test_a_late_landing_message_is_not_skipped(spark: SparkSession, tmp_path: Pa
     store.rename(names.new_name(slow_id), slow_id)
     run_stream(spark, tmp_path / "q", out, checkpoint)
     assert sorted(streamed(spark, out)) == sorted([slow_id, before])
+
+
+def test_a_stale_new_holds_nothing_back_after_the_queues_grace(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    q = vsqs.Queue(tmp_path / "q")
+    store = vsqs.LocalStore(str(tmp_path / "q"))
+    store.ensure(create=False)
+    two_hours_ago = int(time.time() * 1000) - 2 * 3600 * 1000
+    store.write_new(names.new_name(f"{two_hours_ago:013d}-0000-{'0' * 16}"), b"", fsync=False)
+    after = q.send(b"after a crashed writer")
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    run_stream(spark, tmp_path / "q", out, checkpoint)  # one hour: a crashed writer's leftover
+    assert streamed(spark, out) == [after]
+    # The planner (in-process here) takes the grace from VSQS_NEW_GRACE, as gc does.
+    reader = QueueStreamReader(Options.parse({"path": str(tmp_path / "q"), "settleSeconds": "0"}))
+    assert [name for _, name in reader._list()] == [after]
+    monkeypatch.setenv("VSQS_NEW_GRACE", str(3 * 3600))  # 2 h old: still a send under way
+    assert reader._list() == []
+
+
+def test_a_delayed_message_is_offered_when_its_delay_ends(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    q = vsqs.Queue(tmp_path / "q")
+    later = q.send(b"later", delay=1)
+    now = q.send(b"now")  # a newer id, offered first
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    run_stream(spark, tmp_path / "q", out, checkpoint)
+    assert streamed(spark, out) == [now]
+    time.sleep(max(0.0, names.id_ms(later) / 1000 + 1.1 - time.time()))
+    run_stream(spark, tmp_path / "q", out, checkpoint)
+    assert sorted(streamed(spark, out)) == sorted([now, later])
 
 
 def test_the_settle_window_holds_back_fresh_messages(spark: SparkSession, tmp_path: Path) -> None:

@@ -117,6 +117,11 @@ def is_visible(name: Name, now_ms: int) -> bool:
     return name.state == READY or (name.state == INVISIBLE and name.expiry_ms <= now_ms)  # type: ignore[operator]
 
 
+def published_name(message_id: str, delayed_until: int | None) -> str:
+    """A sent message's first name: its id, or invisible until ``delayed_until`` (ms)."""
+    return message_id if delayed_until is None else invisible_name(message_id, delayed_until, 0)
+
+
 def visibility(name: Name, now_ms: int) -> str:
     """A message name at ``now_ms``: :data:`READY` (visible), :data:`IN_FLIGHT`
     (received, its visibility timeout running) or :data:`DELAYED` (a delayed

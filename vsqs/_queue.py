@@ -85,7 +85,7 @@ DEFAULT_NEW_GRACE = 3600.0
 _MOVE_HOLD_MS = 300_000
 
 
-def _as_bytes(body: object) -> bytes:
+def as_bytes(body: object) -> bytes:
     if isinstance(body, bytes):
         return body
     if isinstance(body, str):
@@ -104,6 +104,11 @@ def _storage_error(exc: OSError, where: str) -> NoReturn:
     if isinstance(exc, NotADirectoryError):
         raise NotAQueue(f"{where}: not a queue directory") from exc
     raise StorageError(f"{where}: {exc}") from exc
+
+
+def default_new_grace() -> float:
+    """Seconds after which a ``.new`` is a crashed writer's: ``VSQS_NEW_GRACE``, or one hour."""
+    return env_seconds(ENV_NEW_GRACE, DEFAULT_NEW_GRACE)
 
 
 def stage(store: Store, data: bytes, next_id: Callable[[], str]) -> str:
@@ -392,7 +397,7 @@ class Queue:
         self._clock = clock
         self._ids = names.id_generator(clock)
         if new_grace is None:
-            new_grace = env_seconds(ENV_NEW_GRACE, DEFAULT_NEW_GRACE)
+            new_grace = default_new_grace()
         self._new_grace_ms = int(seconds(new_grace, "new_grace") * 1000)
         self._lock = threading.Lock()
         self._candidates = _Candidates()
@@ -530,7 +535,7 @@ class Queue:
         never before it is complete. With ``durable=True`` (the default) it
         survives a power cut on a durable store.
         """
-        return self._send_each([_as_bytes(body)], int(seconds(delay, "delay") * 1000))[0]
+        return self._send_each([as_bytes(body)], int(seconds(delay, "delay") * 1000))[0]
 
     def _send_each(self, datas: list[bytes], delay_ms: int) -> list[str]:
         """Publish each message on its own; the ids, in order."""
@@ -550,7 +555,7 @@ class Queue:
         while True:
             message_id = self._next_id()
             visible_at = self._expiry_ms(delay_ms)
-            final = message_id if delay_ms == 0 else names.invisible_name(message_id, visible_at, 0)
+            final = names.published_name(message_id, visible_at if delay_ms else None)
             try:
                 if self._publish(message_id, data, final):
                     self._note_sent(final, visible_at if delay_ms else None)
@@ -565,7 +570,7 @@ class Queue:
         filesystem sync and the directory once. Not atomic: if this raises, a
         prefix of the batch may have been sent.
         """
-        datas = [_as_bytes(body) for body in bodies]
+        datas = [as_bytes(body) for body in bodies]
         delay_ms = int(seconds(delay, "delay") * 1000)
         store, sent, written = self._store, [], []
         if store.creates_atomically(self.durable):
@@ -578,11 +583,7 @@ class Queue:
                     store.sync_files(names.new_name(i) for i in written)
                 visible_at = self._expiry_ms(delay_ms)
                 for message_id in written:
-                    final = (
-                        message_id
-                        if delay_ms == 0
-                        else names.invisible_name(message_id, visible_at, 0)
-                    )
+                    final = names.published_name(message_id, visible_at if delay_ms else None)
                     store.rename(names.new_name(message_id), final)
                     sent.append(message_id)
                     self._note_sent(final, visible_at if delay_ms else None)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .. import _names as names
 from .._errors import ReceiptExpired
 from .._queue import Message, Queue
 from ._read import SCHEMA
@@ -83,7 +84,7 @@ def _row(message: Message) -> tuple[Any, ...]:
         message.id,
         message.sent_at,
         message.body,
-        "in_flight",
+        names.IN_FLIGHT,
         message.receive_count,
         message.visible_at,
     )

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._config import seconds
 from .._errors import InvalidArgument, UnsupportedStore
 from .._names import DELAYED, IN_FLIGHT, READY
 
@@ -39,10 +40,8 @@ def _seconds(options: Mapping[str, str], key: str, default: float) -> float:
     try:
         value = float(raw)
     except ValueError:
-        value = -1.0
-    if not 0 <= value < 10**8:
-        raise InvalidArgument(f"option {key} must be a number of seconds, not {raw!r}")
-    return value
+        raise InvalidArgument(f"option {key} must be a number of seconds, not {raw!r}") from None
+    return seconds(value, f"option {key}")
 
 
 @dataclass(frozen=True)
@@ -81,10 +80,6 @@ class Options:
             delay=_seconds(options, "delay", 0.0),
             durable=_choice(options, "durable", ("true", "false")) == "true",
         )
-
-    @property
-    def storage(self) -> dict[str, Any] | None:
-        return self.storage_options or None
 
 
 def _choice(options: Mapping[str, str], key: str, allowed: tuple[str, ...]) -> str:

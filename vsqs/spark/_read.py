@@ -61,7 +61,7 @@ class NamesPartition(InputPartition):
 
 def open_existing(options: Options) -> Store:
     """The queue's store, checked to exist; nothing is created."""
-    store = open_store(options.url, options.storage)
+    store = open_store(options.url, options.storage_options)
     if not store.ensure(create=False):
         raise QueueNotFound(f"no queue at {store.url}")
     return store
@@ -119,28 +119,37 @@ def read_partition(options: Options, partition: NamesPartition) -> Iterator[pyar
 
 
 def _bodies(store: Store, wanted: Iterable[str]) -> Iterator[tuple[names.Name, bytes]]:
-    """Read each name; a name that moved is looked up by id in one new listing."""
+    """Read each (message) name. One that moved is looked up by id in a new
+    listing, made once for the partition and again if it moved once more
+    since; one no listing shows any more was deleted and is skipped."""
     current: dict[str, str] | None = None
     for name in wanted:
         parsed = names.parse(name)
-        if parsed is None or parsed.state == names.NEW:
-            continue
-        try:
-            yield parsed, store.read(name)
-            continue
-        except FileNotFoundError:
-            pass
-        if current is None:
-            current = {}
-            for found in store.list():
-                moved = names.parse(found)
-                if moved is not None and moved.state != names.NEW:
-                    current[moved.id] = found
-        name = current.get(parsed.id, "")
-        moved = names.parse(name)
-        if moved is None:
-            continue  # deleted since the listing
-        try:
-            yield moved, store.read(name)
-        except FileNotFoundError:
-            continue
+        assert parsed is not None, "the driver plans message names only"
+        body = _read(store, name)
+        for fresh in (False, True):
+            if body is not None:
+                break
+            if current is None or fresh:
+                current = _names_by_id(store)
+            if (moved := current.get(parsed.id)) is None:
+                break  # deleted since the listing
+            parsed, body = names.parse(moved) or parsed, _read(store, moved)
+        if body is not None:
+            yield parsed, body
+
+
+def _read(store: Store, name: str) -> bytes | None:
+    try:
+        return store.read(name)
+    except FileNotFoundError:
+        return None
+
+
+def _names_by_id(store: Store) -> dict[str, str]:
+    by_id = {}
+    for name in store.list():
+        parsed = names.parse(name)
+        if parsed is not None and parsed.state != names.NEW:
+            by_id[parsed.id] = name
+    return by_id

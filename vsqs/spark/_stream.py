@@ -37,7 +37,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from .. import _names as names
-from .._queue import DEFAULT_NEW_GRACE
+from .._queue import default_new_grace
 from ._options import Options
 from ._read import NamesPartition, open_existing, read_partition, split
 
@@ -76,7 +76,7 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Keys and names of the messages that may be offered now, in key order."""
         now_ms = int(time.time() * 1000)
         horizon = now_ms - int(self.options.settle_seconds * 1000)
-        grace_cutoff = now_ms - int(DEFAULT_NEW_GRACE * 1000)
+        grace_cutoff = now_ms - int(default_new_grace() * 1000)
         store = open_existing(self.options)
         try:
             found, pending = [], None

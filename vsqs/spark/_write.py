@@ -10,6 +10,7 @@ crashed sender's.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +23,7 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 
 from .. import _names as names
 from .._errors import InvalidArgument, InvalidBody
-from .._queue import Queue, stage
+from .._queue import Queue, as_bytes, stage
 from .._store import Store
 from ._options import Options
 from ._read import open_existing
@@ -50,7 +51,7 @@ class QueueWriter(DataSourceWriter):
         self.options = options
         self.column = field.name
         # Make the queue (and its config) on the driver, before any task runs.
-        Queue(options.url, storage_options=options.storage).close()
+        Queue(options.url, storage_options=options.storage_options).close()
 
     def write(self, iterator: Iterator[Row]) -> Staged:
         store = open_existing(self.options)
@@ -62,11 +63,9 @@ class QueueWriter(DataSourceWriter):
         try:
             for row in iterator:
                 body = row[self.column]
-                if isinstance(body, str):
-                    body = body.encode()
-                elif body is None:
+                if body is None:
                     raise InvalidBody("a row's body is null: every message needs a body")
-                staged.append(stage(store, bytes(body), next_id))
+                staged.append(stage(store, as_bytes(body), next_id))
             if self.options.durable:
                 store.sync_files(names.new_name(i) for i in staged)
             return Staged(staged)
@@ -79,10 +78,10 @@ class QueueWriter(DataSourceWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         store = open_existing(self.options)
         delay_ms = int(self.options.delay * 1000)
-        visible_at = int(time.time() * 1000) + delay_ms
+        delayed_until = math.ceil(time.time() * 1000) + delay_ms if delay_ms else None
 
         def publish(message_id: str) -> None:
-            final = message_id if not delay_ms else names.invisible_name(message_id, visible_at, 0)
+            final = names.published_name(message_id, delayed_until)
             store.rename(names.new_name(message_id), final)
 
         ids = sorted(i for m in messages if isinstance(m, Staged) for i in m.ids)
