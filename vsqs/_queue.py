@@ -884,6 +884,8 @@ class Queue:
                     unsafe_claims=self._unsafe_claims,
                 )
             except QueueNotFound:
+                if create:
+                    raise  # it vanished while being created: an error, not "none"
                 return None
             self._dead_letter_queue = dlq
         return self._dead_letter_queue
