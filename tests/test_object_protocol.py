@@ -3,6 +3,7 @@ named windows of ``docs/protocol.md`` forced one at a time, and bad input."""
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import re
 import subprocess
@@ -19,11 +20,18 @@ from vsqs._registry import open_store
 from vsqs._store_object import MOVED_SUFFIX, ObjectStore
 
 from .servers import Server
+from .test_crashes import Crash
 from .test_object_faults import FaultyIO
 
 
 def object_store(server: Server, name: str = "q") -> ObjectStore:
     store = open_store(server.url(name), server.storage_options)
+    assert isinstance(store, ObjectStore)
+    return store
+
+
+def object_store_at(server: Server, url: str) -> ObjectStore:
+    store = open_store(url, server.storage_options)
     assert isinstance(store, ObjectStore)
     return store
 
@@ -379,3 +387,45 @@ def test_a_host_clock_far_from_the_stores_is_warned_about(
     found = object_store(s3_server)._run_probe()  # the cached probe ran on the true clock
     assert found.clock_offset is not None and 29 < found.clock_offset < 31
     assert re.search(r"this host's clock is -(29|30)\.\d s off the store's", caplog.text)
+
+
+@pytest.mark.parametrize("operation", ["receive", "delete"])
+def test_gc_repairs_and_reports_what_a_crash_at_any_request_left(
+    memory_server: Server, operation: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client dies at each request of a claim (or an ack) in turn. ``gc()``
+    then finishes the half-done move, removes every marker and reports them,
+    and leaves at most one name of the message; a second ``gc()`` finds
+    nothing to do."""
+    for crash_at in itertools.count(1):
+        monkeypatch.setattr(_store_object, "FINISH_AFTER", 10.0)
+        store = object_store(memory_server)
+        faulty = FaultyIO(store.io, "crash", None)
+        with vsqs.Queue(store) as healthy, vsqs.Queue(ObjectStore(faulty)) as dying:
+            sent = healthy.send(b"x")
+            # An ack near its expiry (ACK_MARGIN) takes the marker path.
+            held = healthy.receive(visibility_timeout=2) if operation == "delete" else None
+            faulty.fault_at, faulty.calls[0] = crash_at, 0
+            try:
+                if held is not None:
+                    dying.delete(held.receipt)  # type: ignore[arg-type]
+                else:
+                    assert dying.receive(visibility_timeout=600) is not None
+            except Crash:
+                pass
+            else:
+                break  # the whole operation ran before the crash point
+            finally:
+                faulty.fault_at = None
+        markers = {n for n in raw_names(store) if n.endswith(MOVED_SUFFIX)}
+        monkeypatch.setattr(_store_object, "FINISH_AFTER", -1.0)  # as if long ago
+        with vsqs.Queue(object_store_at(memory_server, store.url)) as fresh:
+            repaired = fresh.gc()
+            assert markers <= set(repaired), f"crash at {crash_at}: unreported {markers}"
+            left = raw_names(store)
+            assert not [n for n in left if n.endswith(MOVED_SUFFIX)], f"markers left: {left}"
+            live = [n for n in left if n != names.CONFIG_NAME]
+            assert len(live) <= 1 and all(n.startswith(sent) for n in live), left
+            assert operation == "delete" or live, "a claimed message was lost"
+            assert fresh.gc() == []
+    assert crash_at > 2, "the operation made too few requests to test anything"

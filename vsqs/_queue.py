@@ -845,20 +845,26 @@ class Queue:
         return removed
 
     def gc(self, *, progress: Progress | None = None) -> list[str]:
-        """Remove ``.new`` leftovers of crashed writers older than the grace period.
+        """Repair every leftover a crashed client can leave; return the names repaired.
 
-        Receivers do this as they list (and, on object stores, the listing
-        finishes moves that a crashed client left half done); this does it
-        now. Safe while producers and consumers run: a ``.new`` younger than
-        the grace period is a send under way and is kept. Returns the removed
-        names.
+        On every store: ``.new`` objects of crashed writers older than the
+        grace period are removed. On object stores, moves a crashed client
+        left half done (older than ``FINISH_AFTER``) are finished and their
+        spent markers removed; the sources of finished moves and the removed
+        markers are returned too. Receivers do the same as they list; this
+        does it now, with one listing of the whole queue.
+
+        Safe while producers and consumers run: a ``.new`` younger than the
+        grace period is a send under way, and a younger marker a move under
+        way; both are kept. Foreign names are never touched.
         """
         cutoff = f"{self._now_ms() - self._new_grace_ms:013d}"
         try:
-            return self._collect_stale_new(
+            removed = self._collect_stale_new(
                 (n for n in self._store.list() if n.endswith(names.NEW_SUFFIX) and n < cutoff),
                 progress,
             )
+            return removed + self._store.take_repairs()
         except OSError as exc:
             _storage_error(exc, f"collecting leftovers in {self.url}")
 

@@ -14,6 +14,7 @@ from typing import ClassVar
 
 #: Name changes (``list`` is a method name inside :class:`Store`).
 Changes = list[tuple[str, bool]]
+Names = list[str]
 
 
 class Store(ABC):
@@ -106,6 +107,16 @@ class Store(ABC):
         the format's ``<id>.new`` stage and rename.
         """
         return False
+
+    def take_repairs(self) -> Names:
+        """Finish repairs that listings started and return what listings repaired.
+
+        Listings of stores whose renames are not atomic repair what crashed
+        clients left (half-done moves, spent markers) as they pass; this
+        returns the names repaired or removed since the last call. Stores
+        whose renames are atomic leave nothing to repair: ``[]``.
+        """
+        return []
 
     def sync_files(self, names: Iterable[str]) -> None:  # noqa: B027 - optional hook
         """Make the content of the given new objects durable (one flush where possible)."""

@@ -184,6 +184,8 @@ class ObjectStore(Store):
         self._tags: OrderedDict[str, str | None] = OrderedDict()
         self._spent: dict[str, None] = {}  # markers whose source is gone (ordered set)
         self._uncertain: set[str] = set()  # names whose move failed after its marker
+        self._repaired: list[str] = []  # crashed clients' leftovers repaired by listings
+        self._stale: set[str] = set()  # of those, spent markers not yet removed
         self._token = secrets.token_hex(8)
         self._attempts = count()
 
@@ -301,6 +303,8 @@ class ObjectStore(Store):
                 # missed a source created after its page: only old ones.
                 if old:
                     self._collect([marker])
+                    with self._lock:
+                        self._stale.add(marker)
             elif live and self._marker_target(marker) in present:
                 if not self._finish(source, None):  # its copy exists: drop the source
                     shown = []
@@ -333,7 +337,21 @@ class ObjectStore(Store):
             log.warning("%s: could not repair %s: %s", self.url, source, exc)
             return False
         self._collect([source + MOVED_SUFFIX])
+        with self._lock:
+            self._repaired.append(source)
+            self._stale.add(source + MOVED_SUFFIX)
         return True
+
+    def take_repairs(self) -> Names:
+        """Sources whose moves listings finished, and spent markers, removed now."""
+        spent = self._take_spent()
+        failed = set(self.io.remove(spent)) if spent else set()
+        self._collect(m for m in spent if m in failed)
+        with self._lock:
+            removed = [m for m in spent if m in self._stale and m not in failed]
+            self._stale.difference_update(removed)
+            repaired, self._repaired = self._repaired + removed, []
+        return repaired
 
     def _collect(self, markers: Iterable[str]) -> None:
         with self._lock:
