@@ -25,7 +25,7 @@ import weakref
 from collections.abc import Callable
 from typing import NamedTuple
 
-from ._errors import InvalidQueueName, InvalidReceipt
+from ._errors import InvalidArgument, InvalidQueueName, InvalidReceipt
 
 FORMAT_VERSION = 1
 CONFIG_NAME = "vsqs.json"
@@ -163,6 +163,10 @@ class IdGenerator:
         self._seq = 0
 
     def next_id(self, now_ms: int) -> str:
+        if not 0 <= now_ms <= MAX_EXPIRY_MS:  # the id would not be a name of the format
+            raise InvalidArgument(
+                f"the clock reads {now_ms} ms since 1970; ids need 0..{MAX_EXPIRY_MS}"
+            )
         with self._lock:
             if now_ms > self._last_ms:
                 self._last_ms, self._seq = now_ms, 0

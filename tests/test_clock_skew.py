@@ -1,0 +1,517 @@
+"""Clock skew between clients sharing a queue.
+
+Every expiry in a name is written by the clock of the client that writes the
+name (the claimer, extender, releaser or delayed sender) and judged by the
+clock of the client that reads it; ids carry the sender's clock; ``.new``
+leftovers are aged by their id, on the collector's clock. vsqs corrects none
+of this (on object stores it measures each host's offset to the store's clock
+at open and only warns). So every rule below moves by exactly the skew δ
+between the two clocks involved, and these tests pin each one at its edge.
+
+Each client gets its own injected clock: a shared true time (whole ms, moved
+by hand) plus that host's fixed skew. Two (or three) ``vsqs.Queue`` clients
+share one storage: a local directory (with and without an ``inotify`` feed),
+a ``vsqs.MemoryStore`` and ``memory://`` (the object-store protocol). Every
+edge is checked on both sides, the millisecond before and the millisecond it
+moves, so a rule off by one ms (or one that silently corrected the skew)
+fails. No test sleeps.
+
+Two tests script a store's legal behaviour at a point where the protocol is
+sensitive to skew: a listing that races a producer and misses its older
+message (POSIX leaves entries created during ``readdir`` unspecified), and a
+holder's ack landing between a skewed claimer's copy and its delete on an
+object store (whose ack reads ``time.time()``, patched to the holder's clock).
+The probe of the store's clock runs on moto with this host's ``time.time()``
+patched 30 s back, as there is no other seam for it. A clock outside
+the 13-digit ms range is refused rather than issuing a name no one reads.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import vsqs
+from vsqs import _names as names
+from vsqs import _store_object, _store_s3
+from vsqs._registry import open_store
+from vsqs._store_object import ObjectStore
+
+from .servers import Server
+from .test_object_faults import FaultyIO
+
+VT_MS = 10_000  # the queue's visibility timeout
+# The documented constants (format.md, protocol.md), pinned here so that a
+# change of either fails the tests that state the bounds built on them.
+YOUNG_MS = 50
+ACK_MARGIN_MS = 5000
+START_MS = 1_750_000_000_000  # ms / 1000 * 1000 round-trips exactly near here (checked below)
+
+
+class TrueTime:
+    """The true time of a test in whole ms; it moves only when told to."""
+
+    def __init__(self, start_ms: int = START_MS) -> None:
+        self.ms = start_ms
+
+    def advance(self, ms: int) -> None:
+        self.ms += ms
+
+    def host(self, skew_ms: int) -> HostClock:
+        """The clock of a host that runs ``skew_ms`` ahead of the true time (behind if < 0)."""
+        return HostClock(self, skew_ms)
+
+
+class HostClock:
+    """An injectable ``clock=``: the true time plus this host's fixed skew."""
+
+    def __init__(self, true: TrueTime, skew_ms: int) -> None:
+        self.true, self.skew_ms = true, skew_ms
+
+    @property
+    def ms(self) -> int:
+        return self.true.ms + self.skew_ms
+
+    def __call__(self) -> float:
+        return self.ms / 1000
+
+
+class Shared:
+    """One queue's storage; :meth:`client` opens one more client on it (a host)."""
+
+    def __init__(self, kind: str, location: Any, url: str | None = None) -> None:
+        self.kind, self.location, self.url = kind, location, url
+        self.opened: list[vsqs.Queue] = []
+        self.stores: list[vsqs.Store] = []
+
+    def client(self, clock: HostClock, **options: Any) -> vsqs.Queue:
+        location = self.location
+        if self.kind == "local-no-feed":  # one store per client, as per host
+            location = vsqs.LocalStore(location, notifications=False)
+            self.stores.append(location)
+        queue = vsqs.Queue(location, clock=clock, visibility_timeout=VT_MS / 1000, **options)
+        self.opened.append(queue)
+        return queue
+
+    def names(self) -> list[str]:
+        """The queue's message names now, from a fresh listing."""
+        if self.kind.startswith("local"):
+            listed = os.listdir(self.location)
+        elif self.kind == "memory":
+            listed = list(self.location.list())
+        else:
+            store = open_store(self.url, None)
+            try:
+                listed = list(store.list())
+            finally:
+                store.close()
+        return sorted(n for n in listed if n != names.CONFIG_NAME)
+
+    def close(self) -> None:
+        for queue in self.opened:
+            queue.close()
+        for store in self.stores:
+            store.close()
+
+
+@pytest.fixture(params=["local", "local-no-feed", "memory", "object"])
+def shared(
+    request: pytest.FixtureRequest, tmp_path: Path, memory_server: Server
+) -> Iterator[Shared]:
+    """A queue on a local directory (with and without an ``inotify`` feed), a
+    ``MemoryStore`` or ``memory://``."""
+    if request.param.startswith("local"):
+        storage = Shared(request.param, str(tmp_path / "q"))
+    elif request.param == "memory":
+        storage = Shared("memory", vsqs.MemoryStore())
+    else:
+        url = memory_server.url()
+        storage = Shared("object", url, url)
+    try:
+        yield storage
+    finally:
+        storage.close()
+
+
+def test_the_injected_clocks_are_exact_to_the_ms() -> None:
+    """The edges below are exact only if ``clock() * 1000`` gives back the ms."""
+    for ms in range(START_MS - 60_000, START_MS + 60_000):
+        assert int(ms / 1000 * 1000) == ms == math.ceil(ms / 1000 * 1000)
+
+
+# ------------------------------------------------------------------ holds
+@pytest.mark.parametrize(
+    ("holder_skew_ms", "reader_skew_ms", "free_after_ms"),
+    [(0, 5000, 5000), (0, -5000, 15_000), (-2500, 2500, 5000), (0, 12_000, 0)],
+    ids=["reader-ahead", "reader-behind", "both-off", "ahead-by-more-than-vt"],
+)
+def test_a_held_message_is_free_for_a_reader_vt_minus_its_skew_after_the_claim(
+    shared: Shared, holder_skew_ms: int, reader_skew_ms: int, free_after_ms: int
+) -> None:
+    """A claim at true time t with visibility timeout vt is re-claimable by a
+    reader whose clock runs δ ahead of the holder's from true time t + vt - δ
+    on, and not a millisecond before: early by δ, late by |δ| for a reader
+    behind, and at once when δ >= vt. Only the difference of the clocks counts."""
+    true = TrueTime()
+    holder_clock, reader_clock = true.host(holder_skew_ms), true.host(reader_skew_ms)
+    holder, reader = shared.client(holder_clock), shared.client(reader_clock)
+    holder.send(b"m")
+    msg = holder.receive()
+    assert msg is not None
+    assert names.parse_receipt(msg.receipt).expiry_ms == holder_clock.ms + VT_MS  # its own clock
+    if free_after_ms > 0:
+        assert reader.receive() is None  # lists the hold: it becomes due by the reader's clock
+        true.advance(free_after_ms - 1)
+        assert reader.receive() is None
+        assert shared.client(reader_clock).receive() is None  # a fresh listing agrees
+        true.advance(1)
+    again = reader.receive()
+    assert again is not None and again.id == msg.id and again.receive_count == 2
+    assert shared.names() == [again.receipt]
+    with pytest.raises(vsqs.ReceiptExpired):
+        msg.delete()
+    assert shared.names() == [again.receipt]
+
+
+def test_a_lagging_holder_keeps_its_message_vt_minus_skew_after_each_extend(
+    shared: Shared,
+) -> None:
+    """A holder whose clock is 5 s behind a reader's is protected for vt - 5 s
+    after every claim or extend. An extend the reader's clock finds too late
+    still wins if nobody claimed in between, and protects it again."""
+    true = TrueTime()
+    holder, reader = shared.client(true.host(-5000)), shared.client(true.host(0))
+    holder.send(b"m")
+    msg = holder.receive()
+    assert msg is not None
+    true.advance(4000)  # true 4 s
+    msg.extend(VT_MS / 1000)  # free for the reader from true 4 + 10 - 5 = 9 s
+    true.advance(4999)
+    assert reader.receive() is None
+    assert shared.client(true.host(0)).receive() is None
+    true.advance(501)  # true 9.5 s: the reader's clock says expired, the holder's 4.5 s left
+    msg.extend(VT_MS / 1000)  # nobody claimed: the rename proves the receipt current
+    assert shared.names() == [msg.receipt]
+    true.advance(4999)  # true 14.499 s
+    assert reader.receive() is None
+    true.advance(1)
+    taken = reader.receive()
+    assert taken is not None and taken.id == msg.id and taken.receive_count == 2
+
+
+def test_a_lagging_holders_stale_receipt_never_touches_the_new_holders_message(
+    shared: Shared,
+) -> None:
+    """Taken by a reader 5 s ahead, the message is gone for its first holder,
+    whose own clock still gives it 5 s: its extend, release and delete (by
+    message or by receipt) raise ``ReceiptExpired`` and change nothing."""
+    true = TrueTime()
+    holder, reader = shared.client(true.host(-5000)), shared.client(true.host(0))
+    holder.send(b"m")
+    msg = holder.receive()
+    assert msg is not None
+    receipt = msg.receipt
+    true.advance(VT_MS - 5000)
+    taken = reader.receive()
+    assert taken is not None and taken.id == msg.id
+    for stale in (
+        lambda: msg.extend(VT_MS / 1000),
+        lambda: msg.release(),
+        lambda: msg.release(delay=1),
+        msg.delete,
+        lambda: holder.delete(receipt),
+        lambda: holder.extend(receipt, 60),
+    ):
+        with pytest.raises(vsqs.ReceiptExpired):
+            stale()
+        assert shared.names() == [taken.receipt]
+    taken.delete()
+    assert shared.names() == []
+
+
+# ------------------------------------------------------- delays, releases
+@pytest.mark.parametrize(
+    ("sender_skew_ms", "reader_skew_ms", "visible_after_ms"),
+    [(-5000, 0, 5000), (5000, 0, 15_000), (0, 5000, 5000), (-12_000, 0, 0)],
+    ids=["sender-behind", "sender-ahead", "reader-ahead", "behind-by-more-than-the-delay"],
+)
+def test_a_delayed_send_becomes_visible_by_the_readers_clock(
+    shared: Shared, sender_skew_ms: int, reader_skew_ms: int, visible_after_ms: int
+) -> None:
+    """``send(delay=d)`` at true time t is visible to a reader whose clock runs
+    δ ahead of the sender's from true time t + d - δ on, and not a ms before."""
+    true = TrueTime()
+    sender, reader = (
+        shared.client(true.host(sender_skew_ms)),
+        shared.client(true.host(reader_skew_ms)),
+    )
+    message_id = sender.send(b"later", delay=10)
+    if visible_after_ms > 0:
+        assert reader.receive() is None
+        true.advance(visible_after_ms - 1)
+        assert reader.receive() is None
+        true.advance(1)
+    msg = reader.receive()
+    assert msg is not None and msg.id == message_id and msg.receive_count == 1
+
+
+@pytest.mark.parametrize(
+    ("holder_skew_ms", "delay_ms", "visible_after_ms"),
+    [(5000, 0, 5000), (5000, 3000, 8000), (-2000, 3000, 1000), (-5000, 0, 0)],
+    ids=["ahead-at-once", "ahead-delayed", "behind-delayed", "behind-at-once"],
+)
+def test_a_release_becomes_visible_by_the_readers_clock(
+    shared: Shared, holder_skew_ms: int, delay_ms: int, visible_after_ms: int
+) -> None:
+    """``release(delay=d)`` at true time t is visible to a reader whose clock
+    runs δ ahead of the releaser's from t + d - δ on: a release "at once" by
+    a releaser whose clock is ahead hides the message from others for δ."""
+    true = TrueTime()
+    holder, reader = shared.client(true.host(holder_skew_ms)), shared.client(true.host(0))
+    holder.send(b"m")
+    msg = holder.receive()
+    assert msg is not None
+    assert reader.receive() is None
+    msg.release(delay=delay_ms / 1000)
+    if visible_after_ms > 0:
+        assert reader.receive() is None
+        true.advance(visible_after_ms - 1)
+        assert reader.receive() is None
+        assert shared.client(true.host(0)).receive() is None
+        true.advance(1)
+    again = reader.receive()
+    assert again is not None and again.id == msg.id and again.receive_count == 2
+
+
+# ------------------------------------------------------------------- FIFO
+def test_first_deliveries_follow_each_producers_clock(shared: Shared) -> None:
+    """Ids carry the sender's clock, so across producers first deliveries
+    follow the clocks, not true time: a producer 5 s behind overtakes one that
+    sent earlier. Each producer's own order holds whatever the skew."""
+    true = TrueTime()
+    on_time, behind = shared.client(true.host(0)), shared.client(true.host(-5000))
+    for i in range(3):  # interleaved in true time: on_time first each round
+        on_time.send(f"on-time {i}")
+        true.advance(1)
+        behind.send(f"behind {i}")
+        true.advance(1)
+    true.advance(1000)
+    consumer = shared.client(true.host(0))
+    got = []
+    while (msg := consumer.receive()) is not None:
+        got.append(msg.body.decode())
+        msg.delete()
+    assert got == [f"behind {i}" for i in range(3)] + [f"on-time {i}" for i in range(3)]
+
+
+def test_a_message_from_a_producer_ahead_is_received_at_once(shared: Shared) -> None:
+    """A producer 5 s ahead writes ids that look 5 s young to the consumer.
+    The young-name rule then costs one more listing within the same receive,
+    never a wait for the id to age."""
+    true = TrueTime()
+    producer, consumer = shared.client(true.host(5000)), shared.client(true.host(0))
+    for body in (b"first", b"second"):  # a fresh consumer, then one that listed before
+        message_id = producer.send(body)
+        msg = consumer.receive()
+        assert msg is not None and msg.id == message_id and msg.body == body
+        msg.delete()
+
+
+class RacingListing(vsqs.MemoryStore):
+    """A ``MemoryStore`` whose next listing races a producer as a directory
+    listing may: ``during()`` publishes while the listing runs, and of what it
+    published, the names it returns are missing from this listing."""
+
+    during: Callable[[], list[str]] | None = None
+
+    def list(self) -> list[str]:
+        if self.during is None:
+            return super().list()
+        during, self.during = self.during, None
+        before = set(super().list())
+        missed = set(during())
+        return [n for n in super().list() if n in before or n not in missed]
+
+
+@pytest.mark.parametrize(
+    ("producer_lag_ms", "in_order"),
+    [(YOUNG_MS, True), (YOUNG_MS + 1, False), (-5000, True)],
+    ids=["lags-50ms", "lags-51ms", "runs-ahead"],
+)
+def test_one_producers_order_survives_a_racing_listing_unless_it_lags_over_young_ms(
+    producer_lag_ms: int, in_order: bool
+) -> None:
+    """A listing that shows a producer's newer message but missed its older
+    one (both published while it ran) must not deliver the newer first. The
+    50 ms young-name rule catches it as long as the producer's clock is at
+    most ``YOUNG_MS`` behind the consumer's; a producer ahead is harmless.
+    One ms further behind, the newer message is delivered first."""
+    true = TrueTime()
+    store = RacingListing()
+    with (
+        vsqs.Queue(store, clock=true.host(-producer_lag_ms)) as producer,
+        vsqs.Queue(store, clock=true.host(0)) as consumer,
+    ):
+
+        def publish_both() -> list[str]:
+            older = producer.send(b"older")
+            producer.send(b"newer")
+            return [older]  # this listing misses the older one
+
+        store.during = publish_both
+        got = []
+        for _ in range(4):
+            if (msg := consumer.receive()) is not None:
+                got.append(msg.body)
+                msg.delete()
+        assert store.during is None  # the race happened
+    assert got == ([b"older", b"newer"] if in_order else [b"newer", b"older"])
+
+
+# -------------------------------------------------------------- leftovers
+@pytest.mark.parametrize(
+    ("writer_skew_ms", "collector_skew_ms", "kept_for_ms"),
+    [(0, 5000, 5001), (0, -5000, 15_001), (-11_000, 0, 0)],
+    ids=["collector-ahead", "collector-behind", "writer-behind-by-more-than-the-grace"],
+)
+def test_a_leftover_is_aged_by_its_id_on_the_collectors_clock_never_by_its_mtime(
+    tmp_path: Path, writer_skew_ms: int, collector_skew_ms: int, kept_for_ms: int
+) -> None:
+    """A ``.new`` written at true time t is collected by a client whose clock
+    runs δ ahead of the writer's once its id is older than the grace period
+    by the collector's clock, from t + grace - δ + 1 ms on: δ early. The file's
+    mtime plays no part. A writer behind by more than the grace has its sends
+    under way collected at once (its ``send`` then fails). Local only: the
+    other stores create atomically and never leave a ``.new``."""
+    true, path = TrueTime(), tmp_path / "q"
+    writer_clock, collector_clock = true.host(writer_skew_ms), true.host(collector_skew_ms)
+    vsqs.Queue(str(path), clock=writer_clock).close()
+    leftover = names.new_name(names.id_generator(writer_clock).next_id(writer_clock.ms))
+    (path / leftover).write_bytes(b"half a mess")
+    os.utime(path / leftover, (0, 0))  # an mtime of 1970 would be stale at once
+    with vsqs.Queue(str(path), clock=collector_clock, new_grace=10) as collector:
+        if kept_for_ms > 0:
+            true.advance(kept_for_ms - 1)
+            assert collector.receive() is None  # a listing collects stale leftovers too
+            assert collector.gc() == []
+            assert (path / leftover).exists()
+            true.advance(1)
+        assert collector.gc() == [leftover]
+    assert not (path / leftover).exists()
+
+
+# ------------------------------------------------------- absurd clocks
+@pytest.mark.parametrize("seconds", [-1.0, 1e11], ids=["before-1970", "after-2286"])
+def test_a_clock_outside_the_id_range_is_refused_instead_of_losing_the_send(
+    seconds: float,
+) -> None:
+    """A send either returns and is delivered, or raises."""
+    store = vsqs.MemoryStore()
+    vsqs.Queue(store).close()  # created on a sane clock
+    with vsqs.Queue(store, clock=lambda: seconds) as q, pytest.raises(vsqs.VsqsError):
+        q.send(b"m")
+    assert list(store.list()) == [names.CONFIG_NAME]
+
+
+# ------------------------------------------------------- object stores
+class CopyThen(FaultyIO):
+    """Delegates every request; runs ``meanwhile`` once, right after the first copy."""
+
+    def __init__(self, inner: _store_object.ObjectIO, meanwhile: Callable[[], None]) -> None:
+        super().__init__(inner, "crash", None)
+        self.meanwhile: Callable[[], None] | None = meanwhile
+
+    def copy(self, src: str, dst: str) -> str | None:
+        tag = super().copy(src, dst)
+        meanwhile, self.meanwhile = self.meanwhile, None
+        if meanwhile is not None:
+            meanwhile()
+        return tag
+
+
+@pytest.mark.parametrize(
+    ("skew_ms", "ack_refused"),
+    [(ACK_MARGIN_MS, True), (ACK_MARGIN_MS + 1, False)],
+    ids=["skew-equal-to-ack-margin", "one-ms-more"],
+)
+def test_an_ack_racing_a_claim_from_a_host_ahead_is_refused_up_to_ack_margin_of_skew(
+    memory_server: Server, monkeypatch: pytest.MonkeyPatch, skew_ms: int, ack_refused: bool
+) -> None:
+    """On object stores an ack more than ``ACK_MARGIN`` (5 s) before its
+    expiry, by the holder's clock, is one plain ``DELETE``. A host up to 5 s
+    ahead cannot be claiming it then; its claim can only meet acks that take
+    the delete marker, so exactly one of the two wins. With 1 ms more skew,
+    the holder's plain ``DELETE`` lands between the claimer's copy and its
+    delete: the ack succeeds and the claimer delivers the acknowledged
+    message again (the limit protocol.md states)."""
+    true = TrueTime()
+    holder_clock = true.host(0)
+
+    class HolderTime:  # ObjectStore.delete reads time.time(), not the queue's clock
+        sleep = staticmethod(time.sleep)
+        time = staticmethod(holder_clock)
+
+    monkeypatch.setattr(_store_object, "time", HolderTime)
+    url = memory_server.url()
+    acked: list[bool] = []
+
+    def ack() -> None:
+        try:
+            msg.delete()
+        except vsqs.ReceiptExpired:
+            acked.append(False)
+        else:
+            acked.append(True)
+
+    plain = open_store(url, None)
+    assert isinstance(plain, ObjectStore)
+    claimer_store = ObjectStore(CopyThen(plain.io, ack))
+    with (
+        vsqs.Queue(url, clock=holder_clock, visibility_timeout=VT_MS / 1000) as holder,
+        vsqs.Queue(claimer_store, clock=true.host(skew_ms)) as claimer,
+    ):
+        holder.send(b"m")
+        msg = holder.receive()
+        assert msg is not None
+        true.advance(VT_MS - skew_ms)  # the claimer's clock reaches the expiry
+        again = claimer.receive()
+        assert acked == [not ack_refused]
+        assert again is not None and again.id == msg.id  # delivered again, acked or not
+    claimer_store.close()
+    plain.close()
+
+
+def test_the_offset_to_the_stores_clock_is_warned_about_and_never_corrects_an_expiry(
+    s3_server: Server, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A host 30 s behind the store is told so when it opens a queue, and that
+    is all: its expiries are still its own clock plus the timeout."""
+    host = TrueTime(int(time.time() * 1000) - 30_000).host(0)
+
+    class HostTime:  # the probe reads the host's time.time()
+        time = staticmethod(host)
+
+    monkeypatch.setattr(_store_s3, "time", HostTime)
+    monkeypatch.setattr(_store_object, "_PROBED", {})  # probe again, on this host's clock
+    url = s3_server.url()
+    with (
+        caplog.at_level(logging.WARNING, logger="vsqs"),
+        vsqs.Queue(url, storage_options=s3_server.storage_options, clock=host) as q,
+    ):
+        assert isinstance(q._store, ObjectStore)
+        offset = q._store.capabilities.clock_offset
+        assert offset is not None and 29 < offset < 32
+        assert re.search(r"this host's clock is -(29|30|31)\.\d s off the store's", caplog.text)
+        q.send(b"m")
+        msg = q.receive(visibility_timeout=10)
+        assert msg is not None
+        assert names.parse_receipt(msg.receipt).expiry_ms == host.ms + 10_000
+        msg.delete()
