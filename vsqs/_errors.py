@@ -36,7 +36,8 @@ class InvalidArgument(VsqsError, ValueError):
 
 
 class InvalidBody(InvalidArgument, TypeError):
-    """A message body that is neither ``bytes`` (or a bytes-like object) nor ``str``."""
+    """A message body that is not ``bytes``, ``bytearray``, ``memoryview`` or a
+    ``str`` that encodes to UTF-8 (a lone surrogate does not)."""
 
 
 class InvalidQueueName(InvalidArgument):

@@ -89,7 +89,10 @@ def as_bytes(body: object) -> bytes:
     if isinstance(body, bytes):
         return body
     if isinstance(body, str):
-        return body.encode()
+        try:
+            return body.encode()
+        except UnicodeEncodeError as exc:  # a lone surrogate has no UTF-8 form
+            raise InvalidBody(f"a str body must be valid Unicode: {exc}") from None
     if isinstance(body, bytearray | memoryview):
         return bytes(body)
     raise InvalidBody(f"a message body is bytes or str, not {type(body).__name__}")
@@ -849,10 +852,11 @@ class Queue:
 
         On every store: ``.new`` objects of crashed writers older than the
         grace period are removed. On object stores, moves a crashed client
-        left half done (older than ``FINISH_AFTER``) are finished and their
-        spent markers removed; the sources of finished moves and the removed
-        markers are returned too. Receivers do the same as they list; this
-        does it now, with one listing of the whole queue.
+        left half done (older than ``FINISH_AFTER``) are finished, and their
+        spent markers and the capability probes of killed clients removed;
+        the sources of finished moves and the removed objects are returned
+        too. Receivers do the same as they list; this does it now, with one
+        listing of the whole queue.
 
         Safe while producers and consumers run: a ``.new`` younger than the
         grace period is a send under way, and a younger marker a move under

@@ -123,10 +123,7 @@ class LocalStore(Store):
             data = os.read(fd, _READ_CHUNK)
             if len(data) < _READ_CHUNK:
                 return data  # small messages: one read, no fstat
-            chunks = [data, os.read(fd, max(os.fstat(fd).st_size - len(data), 0) + 1)]
-            while chunks[-1]:
-                chunks.append(os.read(fd, _READ_CHUNK))
-            return b"".join(chunks)
+            return _read_whole(fd, os.fstat(fd).st_size)
         finally:
             os.close(fd)
 
@@ -226,6 +223,25 @@ class LocalStore(Store):
             return True
         # Same mtime: a change in the same clock tick as the token would not show.
         return bool(taken - mtime < _TICK_NS <= time.time_ns() - mtime)
+
+
+def _read_whole(fd: int, size: int) -> bytes:
+    """The whole content of the open file ``fd``, whose size ``fstat`` gave as ``size``.
+
+    One ``pread`` from the start into a buffer of ``size + 1`` bytes, which
+    becomes the returned bytes object (trimmed by ``realloc``): a large body
+    is held once, never as chunks plus their join. A file longer than ``size``
+    (the extra byte shows it), a short read (Linux reads at most 2 GiB at
+    once) or a file of unknown size (``size`` 0) reads on to the end.
+    """
+    data = os.pread(fd, size + 1, 0)
+    if len(data) == size:
+        return data
+    chunks, offset = [data], len(data)
+    while data := os.pread(fd, max(size + 1 - offset, _READ_CHUNK), offset):
+        chunks.append(data)
+        offset += len(data)
+    return b"".join(chunks)  # one chunk (the file is shorter than ``size``): itself, no copy
 
 
 def _write_all(fd: int, data: bytes) -> None:

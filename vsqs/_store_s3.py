@@ -10,6 +10,7 @@ page (1 000 keys, in key order) so a receiver stops at the head of a backlog.
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Iterator
 from email.utils import parsedate_to_datetime
@@ -30,6 +31,19 @@ def _precondition_failed(exc: BaseException) -> bool:
     return code == "PreconditionFailed" or "pre-condition" in str(exc)
 
 
+def _one_get() -> dict[str, Any]:
+    """``cat_file`` arguments for one ``GET``: newer s3fs first sends a ``HEAD``
+    (to split large objects into ranged GETs, with another copy of the body)
+    unless ``max_concurrency`` is 1; older s3fs has no such argument."""
+    import s3fs
+
+    parameters = inspect.signature(s3fs.S3FileSystem._cat_file).parameters
+    return {"max_concurrency": 1} if "max_concurrency" in parameters else {}
+
+
+_ONE_GET = _one_get()
+
+
 class S3Objects(FsspecObjects):
     """A queue under ``bucket/prefix/name`` of an ``s3fs.S3FileSystem``."""
 
@@ -42,6 +56,11 @@ class S3Objects(FsspecObjects):
 
     def _call(self, method: str, **kwargs: Any) -> Any:
         return self.fs.call_s3(method, Bucket=self.bucket, **kwargs)
+
+    def get(self, name: str) -> bytes:
+        self.count("get")
+        data: bytes = self.fs.cat_file(self._path(name), **_ONE_GET)
+        return data
 
     def listing(self) -> Iterator[tuple[str, float | None]]:
         token: dict[str, str] = {}
