@@ -429,3 +429,20 @@ def test_gc_repairs_and_reports_what_a_crash_at_any_request_left(
             assert operation == "delete" or live, "a claimed message was lost"
             assert fresh.gc() == []
     assert crash_at > 2, "the operation made too few requests to test anything"
+
+
+def test_gc_removes_the_probe_of_a_client_killed_mid_probe_once_old(
+    memory_server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probe creates an object in the queue's prefix; a client killed
+    between its create and its delete leaves it (found by the chaos run)."""
+    store = object_store(memory_server)
+    vsqs.Queue(store).close()
+    leftover = f"{_store_object.PROBE_PREFIX}0123456789abcdef"
+    store.io.create(leftover, b"1")
+    with vsqs.Queue(object_store_at(memory_server, store.url)) as q:
+        assert q.gc() == [], "a probe that may be under way was removed"
+        assert leftover in raw_names(store)
+        monkeypatch.setattr(_store_object, "FINISH_AFTER", -1.0)
+        assert q.gc() == [leftover]
+        assert raw_names(store) == [names.CONFIG_NAME]

@@ -145,6 +145,10 @@ class ObjectIO(ABC):
         """Release the client session if this adapter owns one."""
 
 
+#: The probe's object, in the queue's prefix; a client killed mid-probe leaves
+#: it, and listings remove it once older than ``FINISH_AFTER``.
+PROBE_PREFIX = "vsqs-probe."
+
 #: A host whose clock is further than this (seconds) from the store's is warned about.
 CLOCK_WARNING = 2.0
 
@@ -200,7 +204,7 @@ class ObjectStore(Store):
             return known
 
     def _run_probe(self) -> Capabilities:
-        name = f"vsqs-probe.{secrets.token_hex(8)}"
+        name = f"{PROBE_PREFIX}{secrets.token_hex(8)}"
         tag = self.io.create(name, b"1")
         try:
             try:
@@ -263,6 +267,8 @@ class ObjectStore(Store):
         group: Group = []
         group_id = ""
         for name, modified in self.io.listing():
+            if name.startswith(PROBE_PREFIX) and _older(modified, FINISH_AFTER):
+                self._collect_stale(name)  # a probe whose client was killed mid-way
             if name[: names.ID_LEN] != group_id:
                 yield from self._settle(group)
                 group, group_id = [], name[: names.ID_LEN]
@@ -297,14 +303,12 @@ class ObjectStore(Store):
         live = [n for n in shown if _movable(n)]  # not foreign names that share the id
         for source, modified in markers.items():
             marker = source + MOVED_SUFFIX
-            old = modified is not None and time.time() - modified > FINISH_AFTER
+            old = _older(modified, FINISH_AFTER)
             if source not in present:
                 # Spent, unless the listing (pages taken at different times)
                 # missed a source created after its page: only old ones.
                 if old:
-                    self._collect([marker])
-                    with self._lock:
-                        self._stale.add(marker)
+                    self._collect_stale(marker)
             elif live and self._marker_target(marker) in present:
                 if not self._finish(source, None):  # its copy exists: drop the source
                     shown = []
@@ -336,19 +340,25 @@ class ObjectStore(Store):
         except OSError as exc:
             log.warning("%s: could not repair %s: %s", self.url, source, exc)
             return False
-        self._collect([source + MOVED_SUFFIX])
+        self._collect_stale(source + MOVED_SUFFIX)
         with self._lock:
             self._repaired.append(source)
-            self._stale.add(source + MOVED_SUFFIX)
         return True
 
-    def take_repairs(self) -> Names:
-        """Sources whose moves listings finished, and spent markers, removed now."""
-        spent = self._take_spent()
-        failed = set(self.io.remove(spent)) if spent else set()
-        self._collect(m for m in spent if m in failed)
+    def _collect_stale(self, name: str) -> None:
+        """Remove a crashed client's leftover with the next batch (or ``take_repairs``)."""
+        self._collect([name])
         with self._lock:
-            removed = [m for m in spent if m in self._stale and m not in failed]
+            self._stale.add(name)
+
+    def take_repairs(self) -> Names:
+        """Sources of moves listings finished, and leftovers they found (spent
+        markers, probes of killed clients), removed now."""
+        spent = self._take_spent()
+        failed = self.io.remove(spent) if spent else []
+        self._collect(failed)
+        with self._lock:
+            removed = sorted(self._stale.difference(self._spent))  # here or by a move since
             self._stale.difference_update(removed)
             repaired, self._repaired = self._repaired + removed, []
         return repaired
@@ -497,6 +507,11 @@ class ObjectStore(Store):
     def wait_for_change(self, token: Hashable, timeout: float) -> bool:
         time.sleep(max(0.0, min(timeout, POLL_INTERVAL)))
         return True
+
+
+def _older(modified: float | None, seconds: float) -> bool:
+    """Whether an object last modified at ``modified`` (unix time) is older than ``seconds``."""
+    return modified is not None and time.time() - modified > seconds
 
 
 def _held(name: str) -> bool:

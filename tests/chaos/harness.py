@@ -41,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from vsqs import _names as names
+from vsqs import _store_object
+from vsqs._store_object import ObjectStore
 
 from .._workers import open_queue
 from . import workers
@@ -220,9 +222,24 @@ def run_chaos(config: ChaosConfig, workdir: Path) -> Report:
     run = _Run(config, workdir)
     report = Report()
     elapsed = run.run(report)
-    with open_queue(config.target, new_grace=0) as q:
-        collected = q.gc()
-        left = sorted(n for n in q._store.list() if n != names.CONFIG_NAME)
+    # Every client is dead: leftovers of any age may go, and half-done moves
+    # may be finished at once.
+    finish_after, _store_object.FINISH_AFTER = _store_object.FINISH_AFTER, -1.0
+    try:
+        with open_queue(config.target, new_grace=0) as q:
+            collected = q.gc()
+            store = q._store
+            left = sorted(
+                name
+                for name in (
+                    [n for n, _ in store.io.listing()]
+                    if isinstance(store, ObjectStore)
+                    else store.list()
+                )
+                if name != names.CONFIG_NAME
+            )
+    finally:
+        _store_object.FINISH_AFTER = finish_after
     if left:
         report.violate("not drained", f"{len(left)} names left, e.g. {left[:3]}")
     report.figures.update(
