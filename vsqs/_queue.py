@@ -722,6 +722,13 @@ class Queue:
                     body = store.read(held)
                 except FileNotFoundError:
                     continue  # already expired and taken by another receiver
+                if vt_ms and self._now_ms() >= expiry:
+                    # The claim outlasted its visibility timeout (slow storage):
+                    # others may hold the message already. It is visible again.
+                    log.warning(
+                        "%s: the claim of %s outlasted its visibility timeout", self.url, held
+                    )
+                    continue
                 out.append(Message(self, message_id, body, held, count))
         finally:
             with self._lock:

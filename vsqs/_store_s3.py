@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -29,6 +30,20 @@ def _precondition_failed(exc: BaseException) -> bool:
     response = getattr(cause, "response", None)
     code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
     return code == "PreconditionFailed" or "pre-condition" in str(exc)
+
+
+@contextmanager
+def _unknown_outcome(method: str) -> Iterator[None]:
+    """Raise botocore's own errors (connection errors, timeouts once the
+    retries are spent; s3fs passes them through) as ``ConnectionError``: an
+    ``OSError`` whose request may or may not have taken effect, as the
+    protocol assumes of every ``OSError``."""
+    from botocore.exceptions import BotoCoreError
+
+    try:
+        yield
+    except BotoCoreError as exc:
+        raise ConnectionError(f"{method}: {exc}") from exc
 
 
 def _one_get() -> dict[str, Any]:
@@ -55,11 +70,23 @@ class S3Objects(FsspecObjects):
         self.prefix = prefix + "/"
 
     def _call(self, method: str, **kwargs: Any) -> Any:
-        return self.fs.call_s3(method, Bucket=self.bucket, **kwargs)
+        with _unknown_outcome(method):
+            return self.fs.call_s3(method, Bucket=self.bucket, **kwargs)
+
+    def container_exists(self) -> bool:
+        """One ``HEAD`` of the bucket: only a 404 means it is missing (s3fs's
+        ``exists`` answers False for any error, a throttled or dead network too)."""
+        self.count("head")
+        try:
+            self._call("head_bucket")
+        except FileNotFoundError:
+            return False
+        return True
 
     def get(self, name: str) -> bytes:
         self.count("get")
-        data: bytes = self.fs.cat_file(self._path(name), **_ONE_GET)
+        with _unknown_outcome("get_object"):
+            data: bytes = self.fs.cat_file(self._path(name), **_ONE_GET)
         return data
 
     def listing(self) -> Iterator[tuple[str, float | None]]:
