@@ -19,7 +19,9 @@ Linux; ``wall``: ``time.time_ns()``, the clock vsqs stamps expiries with):
   <got> <wall> <stream>:<seq> <whole>`` for each message it returned (one
   write per batch; ``whole`` 0: the body is not what :func:`body` makes);
   ``D <id> <count> <action> <start> <end> <ok>`` after a delete or release
-  (``ok`` 0: ``ReceiptExpired``).
+  (``ok`` 0: ``ReceiptExpired``), announced by ``d <id> <count> <action>
+  <start>`` before it starts (a kill may land after the store acted and
+  before ``D`` is written).
 * collector: ``G <name>`` for each name ``gc()`` removed.
 """
 
@@ -157,6 +159,7 @@ def consume(
                     time.sleep(rng.uniform(0.5, 1.5) * vt)  # may outlive its receipt
                 action = "release" if rng.random() < p_release else "delete"
                 start = time.monotonic_ns()
+                log.write(f"d {msg.id} {msg.receive_count} {action} {start}\n")
                 try:
                     msg.release() if action == "release" else msg.delete()
                     ok = 1
