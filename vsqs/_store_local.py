@@ -20,12 +20,13 @@ import ctypes
 import ctypes.util
 import errno
 import os
+import stat
 import sys
 import time
 from collections.abc import Hashable, Iterable, Iterator
 
 from ._inotify import DirectoryFeed, open_feed
-from ._names import validate_queue_name
+from ._names import NEW_SUFFIX, validate_queue_name
 from ._store import Changes, Store
 
 _RENAME_NOREPLACE = 1
@@ -43,7 +44,8 @@ if _renameat2 is not None:
     _renameat2.restype = ctypes.c_int
 
 _O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-_O_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: Never follows a symlink; never blocks on a FIFO.
+_O_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _O_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _O_TMPFILE = os.O_WRONLY | getattr(os, "O_TMPFILE", 0) | os.O_CLOEXEC
 #: O_TMPFILE files are linked through their /proc/self/fd entry.
@@ -159,6 +161,8 @@ class LocalStore(Store):
         os.close(fd)
 
     def rename(self, src: str, dst: str) -> None:
+        if "." in src and not src.endswith(NEW_SUFFIX):  # a held name, maybe from a receipt
+            self._check_file(src)
         if self._noreplace:
             if _renameat2(self.fd, src.encode(), self.fd, dst.encode(), _RENAME_NOREPLACE) == 0:  # type: ignore[misc]
                 return
@@ -171,6 +175,7 @@ class LocalStore(Store):
         os.rename(src, dst, src_dir_fd=self.fd, dst_dir_fd=self.fd)
 
     def delete(self, name: str) -> None:
+        self._check_file(name)
         os.unlink(name, dir_fd=self.fd)
 
     def sync_files(self, names: Iterable[str]) -> None:
@@ -201,7 +206,23 @@ class LocalStore(Store):
             self._feed_tried = True
             self._feed = open_feed(self.fd)
             return None if self._feed is None else []
-        return feed.changes(name_length)
+        changes = feed.changes(name_length)
+        if changes:  # only regular files are messages (list() says the same)
+            changes = [(n, appeared) for n, appeared in changes if not appeared or self._file(n)]
+        return changes
+
+    def _file(self, name: str) -> bool:
+        """Whether ``name`` is a regular file (not a symlink, directory, FIFO...)."""
+        try:
+            return stat.S_ISREG(os.stat(name, dir_fd=self.fd, follow_symlinks=False).st_mode)
+        except FileNotFoundError:
+            return False
+
+    def _check_file(self, name: str) -> None:
+        """``FileNotFoundError`` unless ``name`` is a regular file: a name from an
+        untrusted receipt never renames or unlinks anything else."""
+        if not self._file(name):
+            raise FileNotFoundError(errno.ENOENT, "no message file", name)
 
     def wait_for_change(self, token: Hashable, timeout: float) -> bool:
         if self._feed is not None:
