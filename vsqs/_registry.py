@@ -13,7 +13,15 @@ import os
 import stat
 from typing import Any
 
-from ._errors import InvalidQueueName, NotAQueue, QueueNotFound, UnsupportedStore
+from ._errors import (
+    InvalidQueueName,
+    NotAQueue,
+    QueueNotFound,
+    QueuePermissionError,
+    StorageError,
+    UnsupportedStore,
+    VsqsError,
+)
 from ._names import CONFIG_NAME, validate_queue_name
 from ._store import Store
 from ._store_local import LocalStore
@@ -33,20 +41,12 @@ def open_store(location: object, storage_options: dict[str, Any] | None) -> Stor
     """Resolve a path, URL or :class:`Store` to a store (not yet opened)."""
     if isinstance(location, Store):
         return location
-    if not isinstance(location, str | os.PathLike):
-        raise InvalidQueueName(
-            f"a queue location is a path, URL or Store, not {type(location).__name__}"
-        )
-    text = os.fspath(location)
-    if not isinstance(text, str):
-        raise InvalidQueueName("a queue path must be text, not bytes")
-    if "\x00" in text or not text.strip():
-        raise InvalidQueueName(f"invalid queue path {text!r:.80}")
+    text = _location_text(location, "queue location is a path, URL or Store")
     scheme, sep, rest = text.partition("://")
     if sep and scheme != "file":
         return _object_store(scheme.lower(), text, storage_options or {})
     if sep:
-        text = rest
+        text = _file_url_path(text, rest)
     if storage_options:
         raise UnsupportedStore("storage_options apply to object-store URLs, not local paths")
     path = os.path.abspath(text)
@@ -54,19 +54,58 @@ def open_store(location: object, storage_options: dict[str, Any] | None) -> Stor
     return LocalStore(path)
 
 
-def _check_components(url: str) -> None:
-    """Refuse a URL whose path has an empty, ``.`` or ``..`` component or a bad
-    queue name, before any filesystem (and its credential lookup) is made."""
-    path = url.rsplit("::", 1)[-1].split("://", 1)[-1].split("?", 1)[0].rstrip("/")
-    parts = path.split("/")
+def _location_text(location: object, what: str) -> str:
+    """The text of an untrusted path or URL; refuse other types, NUL and blank text."""
+    if not isinstance(location, str | os.PathLike):
+        raise InvalidQueueName(f"a {what}, not {type(location).__name__}")
+    text = os.fspath(location)
+    if not isinstance(text, str):
+        raise InvalidQueueName("a queue path must be text, not bytes")
+    if "\x00" in text or not text.strip():
+        raise InvalidQueueName(f"invalid queue path {text!r:.80}")
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError:  # a lone surrogate that no file or key name can hold
+        raise InvalidQueueName(f"invalid queue path {text!r:.80}: not encodable") from None
+    return text
+
+
+def _file_url_path(url: str, path: str) -> str:
+    """The path of a ``file://`` URL; an empty one would be the working directory."""
+    if not path.strip():
+        raise InvalidQueueName(f"{url!r:.80}: a file:// URL needs a path")
+    return path
+
+
+def _url_path(url: str) -> str:
+    """The path a URL names: after its last ``::`` link and scheme, without a query."""
+    return url.rsplit("::", 1)[-1].split("://", 1)[-1].split("?", 1)[0].rstrip("/")
+
+
+def _check_components(url: str) -> str:
+    """Refuse a URL whose path has an empty, ``.`` or ``..`` component, before
+    any filesystem (and its credential lookup) is made. Returns the last component."""
+    parts = _url_path(url).split("/")
     if any(part in ("", ".", "..") for part in parts[1:]) or parts[0] in (".", ".."):
         raise InvalidQueueName(f"{url}: empty, '.' or '..' path components are refused")
-    validate_queue_name(parts[-1])
+    return parts[-1]
+
+
+def _check_resolved(url: str, path: str, name: str) -> None:
+    """Refuse a URL that fsspec resolves to another path than the one checked
+    (whose last component is ``name``): a query string kept in the key, or a
+    chained URL whose outer link ignores the inner path (``file::memory://a/q``
+    is the working directory)."""
+    if path.rpartition("/")[2] != name or (
+        "::" in url and path.strip("/") != _url_path(url).strip("/")
+    ):
+        raise InvalidQueueName(f"{url}: resolves to {path!r}, not to the path it names")
 
 
 def _object_store(scheme: str, url: str, storage_options: dict[str, Any]) -> Store:
-    _check_components(url)
+    name = validate_queue_name(_check_components(url))
     fs, path = _filesystem(scheme, url, storage_options)
+    _check_resolved(url, path, name)
     head = path.rpartition("/")[0]
     bucketed = scheme in _BUCKETED
     if bucketed and not head:
@@ -124,14 +163,16 @@ def list_queues(
     anything else is skipped, and symlinks are not followed. One listing of
     ``root`` plus one check per child; no queue is opened or changed.
     """
-    text = os.fspath(root)
+    text = _location_text(root, "queue root is a path or URL")
     scheme, sep, rest = text.partition("://")
     if not sep or scheme == "file":
         if storage_options:
             raise UnsupportedStore("storage_options apply to object-store URLs, not local paths")
-        return _local_queues(os.path.abspath(rest if sep else text))
+        return _local_queues(os.path.abspath(_file_url_path(text, rest) if sep else text))
     scheme = scheme.lower()
+    last = _check_components(text)
     fs, path = _filesystem(scheme, text, storage_options or {})
+    _check_resolved(text, path, last)
     found = []
     try:
         for entry in fs.ls(path, detail=True):
@@ -142,6 +183,8 @@ def list_queues(
                 found.append(_display_url(text, child, scheme in _BUCKETED))
     except FileNotFoundError:
         raise QueueNotFound(f"nothing at {text}") from None
+    except Exception as exc:  # OSError, or the client library's own (botocore, aiohttp)
+        raise _listing_error(exc, text) from exc
     return sorted(found)
 
 
@@ -159,7 +202,15 @@ def _local_queues(root: str) -> list[str]:
         raise QueueNotFound(f"no directory at {root}") from None
     except NotADirectoryError:
         raise NotAQueue(f"{root} is not a directory") from None
+    except OSError as exc:  # a symlink loop, a name too long, no permission
+        raise _listing_error(exc, root) from exc
     return sorted(found)
+
+
+def _listing_error(exc: Exception, where: str) -> VsqsError:
+    if isinstance(exc, PermissionError):
+        return QueuePermissionError(f"listing {where}: {exc}")
+    return StorageError(f"listing {where}: {exc}")
 
 
 def _is_queue_name(name: str) -> bool:
