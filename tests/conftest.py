@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from .servers import gcs_server, memory_server, s3_server
+from .servers import ceph_server, gcs_server, memory_server, s3_server
 
-__all__ = ["clock", "gcs_server", "memory_server", "s3_server"]
+__all__ = ["ceph_server", "clock", "gcs_server", "memory_server", "s3_server"]
 
 
 class FakeClock:

