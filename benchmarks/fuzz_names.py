@@ -93,9 +93,10 @@ TOKENS = [
     "0123456789abcdef",
     "abcd",
     "1750000000000-0000-0123456789abcdef",
+    ".1750000000000.1.1",
+    ".1750000000000.0.1",
     ".1750000000000.1",
-    ".1750000000000.0",
-    ".9999999999999.999999999",
+    ".9999999999999.999999999.999999999",
     "q",
     "jobs",
 ]
@@ -107,6 +108,7 @@ SEQ_PARTS = ["0000", "abcd", "ABCD", "000", "0000 ", "00/0"]
 NONCE_PARTS = ["0123456789abcdef", "0123456789ABCDEF", "0123456789abcde", "0123456789abcdefa"]
 EXPIRY_PARTS = ["1750000000000", "9999999999999", "0000000000000", "175000000000", "7" * 12 + "\n"]
 COUNT_PARTS = ["1", "0", "01", "999999999", "1000000000", "\u0663", "+1", " 1", "1/..", ""]
+VERSION_PARTS = ["1", "0", "01", "999999999", "1000000000", "\u0663", ""]
 SUFFIXES = ["", ".new", ".new.bak", "/", "/..", "\x00", ".", ".json"]
 
 
@@ -119,6 +121,8 @@ def _name_like(fdp: atheris.FuzzedDataProvider) -> str:
     name = f"{pick(ID_PARTS)}-{pick(SEQ_PARTS)}-{pick(NONCE_PARTS)}"
     if fdp.ConsumeBool():
         name += f".{pick(EXPIRY_PARTS)}.{pick(COUNT_PARTS)}"
+        if fdp.ConsumeBool():
+            name += f".{pick(VERSION_PARTS)}"
     name += pick(SUFFIXES)
     if fdp.ConsumeBool():  # one more arbitrary edit
         at = fdp.ConsumeIntInRange(0, len(name))

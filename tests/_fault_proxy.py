@@ -19,6 +19,11 @@ With ``every=True`` the fault applies to the ``at``-th request and every later
 one (``"throttle"`` always does). ``where`` restricts which requests count
 (``where(method, path)``). Every request is logged as an :class:`Exchange`, so
 a test can see what the client sent, and how often. Standard library only.
+
+A :class:`Quirk` makes the upstream behave like another S3 server: answer
+some requests with an error of its own (OpenStack Swift's s3api answers 501 to
+a conditional ``PUT``, LocalStack to a conditional ``DELETE``), or forward
+them without a header (s3rver ignores ``If-None-Match``).
 """
 
 from __future__ import annotations
@@ -81,6 +86,17 @@ class Exchange:
 
 
 @dataclass(frozen=True)
+class Quirk:
+    """How requests that ``match(method, headers)`` are treated instead of forwarded as sent."""
+
+    match: Callable[[str, dict[str, str]], bool]
+    #: ``(status, code, message)`` answered without forwarding, or ``None``.
+    answer: tuple[int, str, str] | None = None
+    #: Headers dropped before forwarding.
+    drop: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
 class Plan:
     """What to do, from which counted request on, to which requests."""
 
@@ -99,6 +115,7 @@ class FaultProxy:
         assert parts.scheme == "http" and parts.hostname and parts.port, upstream
         self.upstream = (parts.hostname, parts.port)
         self.exchanges: list[Exchange] = []
+        self.quirk: Quirk | None = None
         self._plan: Plan | None = None
         self._count = 0
         self._lock = threading.Lock()
@@ -254,8 +271,12 @@ class _Handler(BaseHTTPRequestHandler):
             )  # fmt: skip
             proxy._log(exchange)
 
-        if fault in _ERRORS:
-            status, code, message = _ERRORS[fault]
+        quirk = proxy.quirk
+        if quirk is not None and not quirk.match(self.command, dict(self.headers.items())):
+            quirk = None
+        answer = _ERRORS.get(fault or "", quirk.answer if quirk is not None else None)
+        if answer is not None:
+            status, code, message = answer
             log(status, False)
             self._answer_error(status, code, message)
             return
@@ -263,7 +284,7 @@ class _Handler(BaseHTTPRequestHandler):
             log(None, False)
             self._reset()
             return
-        status, reason, headers, data = self._forward(body)
+        status, reason, headers, data = self._forward(body, quirk.drop if quirk else frozenset())
         if fault == "lost":
             log(None, True)
             self._reset()
@@ -288,8 +309,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _relay
 
-    def _forward(self, body: bytes) -> tuple[int, str, list[tuple[str, str]], bytes]:
-        headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
+    def _forward(
+        self, body: bytes, drop: frozenset[str]
+    ) -> tuple[int, str, list[tuple[str, str]], bytes]:
+        headers = {
+            k: v
+            for k, v in self.headers.items()
+            if k.lower() not in _HOP_BY_HOP and k.lower() not in drop
+        }
         if body or self.command in ("PUT", "POST"):
             headers["Content-Length"] = str(len(body))
         host, port = self.server.proxy.upstream

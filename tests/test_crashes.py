@@ -68,8 +68,8 @@ class CrashingStore(vsqs.Store):
         self._step = other._step  # type: ignore[method-assign]
         return self
 
-    def list(self) -> Iterable[str]:
-        return list(self._call("list"))
+    def list(self, *, prefix: str = "", settle: bool = False) -> Iterable[str]:
+        return list(self._call("list", prefix=prefix, settle=settle))
 
     def read(self, name: str) -> bytes:
         return self._call("read", name)  # type: ignore[no-any-return]
@@ -87,8 +87,8 @@ class CrashingStore(vsqs.Store):
     def rename(self, src: str, dst: str) -> None:
         self._call("rename", src, dst)
 
-    def delete(self, name: str) -> None:
-        self._call("delete", name)
+    def delete(self, name: str, *, known: bool = False) -> None:
+        self._call("delete", name, known=known)
 
     def sync_files(self, names_: Iterable[str]) -> None:
         self._call("sync_files", list(names_))
@@ -204,7 +204,9 @@ def redrive(healthy: vsqs.Queue, crashing: vsqs.Queue, expect: Expect) -> None:
     dlq = healthy._store.sibling("dlq")
     with vsqs.Queue(dlq) as dead:
         expect.survive.update(dead.send_batch([BODY] * 2))
-    vsqs.redrive(crashing._store.sibling("dlq"), crashing._store)
+    # On the test's clock, so every run sends the same requests.
+    with vsqs.Queue(crashing._store.sibling("dlq"), clock=crashing._clock) as source:
+        vsqs.redrive(source, crashing)
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -274,7 +276,7 @@ def test_a_crash_before_any_storage_call_loses_nothing(
     assert total >= 1
     recover_and_check(inner_store, clock, Expect())
     for crash_at in range(1, total + 1):
-        clock = FakeClock(time.time())  # redrive runs on the real clock
+        clock = FakeClock(time.time())
         crashing_store = CrashingStore(inner_store, None)
         healthy, crashing = open_pair(inner_store, crashing_store, clock, durable)
         crashing_store.crash_at = crash_at

@@ -158,9 +158,9 @@ def state_names(message_id: str) -> dict[str, str]:
     """The name of one message id in every state of the format."""
     return {
         "ready": message_id,
-        "expired": names.invisible_name(message_id, PAST_MS, 1),
-        "in-flight": names.invisible_name(message_id, FUTURE_MS, 1),
-        "due-delayed": names.invisible_name(message_id, PAST_MS, 0),
+        "expired": names.invisible_name(message_id, PAST_MS, 1, 1),
+        "in-flight": names.invisible_name(message_id, FUTURE_MS, 1, 1),
+        "due-delayed": names.invisible_name(message_id, PAST_MS, 0, 1),
         "new": names.new_name(message_id),
     }
 
@@ -173,7 +173,7 @@ def with_letters(message_id: str) -> str:
 def look_alikes(message_id: str) -> list[str]:
     """Regular-file names that resemble messages but are not of the grammar."""
     message_id = with_letters(message_id)
-    expired = names.invisible_name(message_id, PAST_MS, 1)
+    expired = names.invisible_name(message_id, PAST_MS, 1, 1)
     return [
         message_id.upper(),
         message_id[1:],  # a 12-digit time
@@ -539,7 +539,7 @@ def test_a_non_file_named_like_a_message_arriving_while_a_receiver_watches_is_ig
 @pytest.mark.timeout(30)
 def test_extending_a_forged_receipt_that_names_a_fifo_does_not_block(tmp_path: Path) -> None:
     with vsqs.Queue(tmp_path / "q") as q:
-        forged = names.invisible_name(names.IdGenerator().next_id(OLD_MS), OLD_MS + 10**9, 1)
+        forged = names.invisible_name(names.IdGenerator().next_id(OLD_MS), OLD_MS + 10**9, 1, 1)
         os.mkfifo(tmp_path / "q" / forged)
         with pytest.raises(vsqs.ReceiptExpired):
             q.extend(forged, 5)
@@ -559,7 +559,7 @@ def test_a_forged_receipt_never_renames_or_deletes_an_entry_that_is_no_file(
     (outside / "secret").write_bytes(SECRET)
     with vsqs.Queue(tmp_path / "q") as q:
         (tmp_path / "q" / "notes.txt").write_bytes(b"notes")
-        receipt = names.invisible_name(names.ids.next_id(OLD_MS), FUTURE_MS, 1)
+        receipt = names.invisible_name(names.ids.next_id(OLD_MS), FUTURE_MS, 1, 1)
         plant(kind, tmp_path / "q" / receipt, outside, tmp_path / "q")
         before = fingerprint(tmp_path)
         with pytest.raises(vsqs.ReceiptExpired):

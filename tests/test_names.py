@@ -11,6 +11,7 @@ from vsqs import _names as names
 
 millis = st.integers(min_value=0, max_value=names.MAX_EXPIRY_MS)
 counts = st.integers(min_value=0, max_value=names.MAX_COUNT)
+versions = st.integers(min_value=1, max_value=names.MAX_VERSION)
 
 
 @given(st.lists(millis, min_size=1, max_size=200))
@@ -35,11 +36,13 @@ def test_ids_of_two_generators_never_collide() -> None:
     assert {one.next_id(7) for _ in range(100)}.isdisjoint({two.next_id(7) for _ in range(100)})
 
 
-@given(st.integers(min_value=0, max_value=names.MAX_EXPIRY_MS - 1), millis, counts)
-def test_invisible_names_round_trip_and_sort_by_id(sent: int, expiry: int, count: int) -> None:
+@given(st.integers(min_value=0, max_value=names.MAX_EXPIRY_MS - 1), millis, counts, versions)
+def test_invisible_names_round_trip_and_sort_by_id(
+    sent: int, expiry: int, count: int, version: int
+) -> None:
     message_id = names.IdGenerator().next_id(sent)
-    name = names.invisible_name(message_id, expiry, count)
-    assert names.parse(name) == names.Name(message_id, names.INVISIBLE, expiry, count)
+    name = names.invisible_name(message_id, expiry, count, version)
+    assert names.parse(name) == names.Name(message_id, names.INVISIBLE, expiry, count, version)
     assert names.parse(names.new_name(message_id)) == names.Name(message_id, names.NEW)
     later = names.IdGenerator().next_id(sent + 1)
     assert sorted([later, name]) == [name, later]
@@ -48,13 +51,49 @@ def test_invisible_names_round_trip_and_sort_by_id(sent: int, expiry: int, count
 def rebuilt(parsed: names.Name) -> str:
     """The name ``parsed`` came from, made again from its parts (also used by
     ``benchmarks/fuzz_names.py``)."""
-    return {
-        names.READY: parsed.id,
-        names.NEW: names.new_name(parsed.id),
-        names.INVISIBLE: names.invisible_name(
-            parsed.id, parsed.expiry_ms or 0, parsed.receive_count
-        ),
-    }[parsed.state]
+    if parsed.state == names.READY:
+        return parsed.id
+    if parsed.state == names.NEW:
+        return names.new_name(parsed.id)
+    return names.invisible_name(
+        parsed.id, parsed.expiry_ms or 0, parsed.receive_count, parsed.version
+    )
+
+
+@given(millis, counts, st.lists(st.tuples(millis, st.booleans()), min_size=1, max_size=30))
+def test_a_message_never_has_the_same_name_twice(
+    expiry: int, count: int, moves: list[tuple[int, bool]]
+) -> None:
+    """Whatever expiries its renames choose (back to earlier ones too), each
+    rename gives a message a name it never had: the version grows."""
+    name = names.parse(names.IdGenerator().next_id(1))
+    assert name is not None
+    seen = {name.id}
+    for expiry, claim in moves:
+        new = names.next_name(name, expiry, name.receive_count + claim)
+        assert new not in seen
+        seen.add(new)
+        name = names.parse(new)
+        assert name is not None
+
+
+def test_a_version_past_the_limit_is_refused() -> None:
+    name = names.Name(names.ids.next_id(1), names.INVISIBLE, 5, 1, names.MAX_VERSION)
+    with pytest.raises(vsqs.InvalidArgument, match="renamed more than"):
+        names.next_name(name, 6, 1)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "1700000000000-0000-0123456789abcdef.1700000000000.1",  # format 1: no version
+        "1700000000000-0000-0123456789abcdef.1700000000000.1.0",  # version 0 is the ready name
+        "1700000000000-0000-0123456789abcdef.1700000000000.1.01",
+        "1700000000000-0000-0123456789abcdef.1700000000000.1.1000000000",
+    ],
+)
+def test_names_outside_the_grammar_are_foreign(name: str) -> None:
+    assert names.parse(name) is None
 
 
 @given(st.text(max_size=80))

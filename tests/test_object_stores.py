@@ -44,6 +44,16 @@ class TestS3(ObjectStoreTests):
     server_fixture = "s3_server"
 
 
+class TestCephRGW(ObjectStoreTests):
+    """A real S3 server that honours exclusive creates and no other condition."""
+
+    server_fixture = "ceph_server"
+
+    def test_the_probe_finds_exclusive_creates(self, server: Server) -> None:
+        with vsqs.Queue(server.url(), storage_options=server.storage_options) as q:
+            assert q.protocol == "create-only"
+
+
 class TestGCS(ObjectStoreTests):
     server_fixture = "gcs_server"
 

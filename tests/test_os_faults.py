@@ -117,8 +117,8 @@ class FaultyLocalStore(vsqs.LocalStore):
         twin.injector = self.injector
         return twin
 
-    def list(self) -> Iterable[str]:
-        return list(super().list())  # list while armed, not when iterated
+    def list(self, *, prefix: str = "", settle: bool = False) -> Iterable[str]:
+        return list(super().list(prefix=prefix))  # list while armed, not when iterated
 
 
 @pytest.fixture

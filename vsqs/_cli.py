@@ -27,6 +27,7 @@ from ._cli_common import (
     progress_callback,
     queue_options,
     storage_options,
+    unsafe_claims,
     verbose_option,
 )
 from ._cli_load import demo, pump, sink
@@ -413,6 +414,7 @@ def redrive_command(dead_letter: str, source: str, max_messages: int | None) -> 
             storage_options=options,
             max_messages=max_messages,
             progress=progress,
+            unsafe_claims=unsafe_claims(),
         )
     click.echo(f"moved {moved:,} messages from {dead_letter} to {source}")
 

@@ -41,8 +41,21 @@ def _parse_options(ctx: click.Context, _param: click.Parameter, pairs: tuple[str
         target[leaf] = value
 
 
+def _set_unsafe(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        ctx.meta["vsqs.unsafe_claims"] = True
+
+
 def queue_options(fn: F) -> F:
-    """``-o KEY=VALUE`` storage options and ``-v`` on a subcommand."""
+    """``-o KEY=VALUE`` storage options, ``--unsafe-claims`` and ``-v`` on a subcommand."""
+    fn = click.option(
+        "--unsafe-claims",
+        is_flag=True,
+        expose_value=False,
+        callback=_set_unsafe,
+        help="Use a store that cannot make claims exclusive (two consumers may "
+        "receive one message at once; see docs/protocol.md).",
+    )(fn)
     fn = click.option(
         "-o",
         "--option",
@@ -87,9 +100,21 @@ def storage_options() -> dict[str, Any] | None:
     return click.get_current_context().meta.get("vsqs.storage_options") or None
 
 
+def unsafe_claims() -> bool:
+    """Whether the command runs with ``--unsafe-claims``."""
+    return bool(click.get_current_context().meta.get("vsqs.unsafe_claims"))
+
+
 def open_queue(url: str, *, create: bool = False, **queue_args: Any) -> Queue:
-    """The queue at ``url`` with the command's ``-o`` options (by default, only if it exists)."""
-    return Queue(url, storage_options=storage_options(), create=create, **queue_args)
+    """The queue at ``url`` with the command's ``-o`` options and ``--unsafe-claims``
+    (by default, only if it exists)."""
+    return Queue(
+        url,
+        storage_options=storage_options(),
+        create=create,
+        unsafe_claims=unsafe_claims(),
+        **queue_args,
+    )
 
 
 def _quiet() -> bool:

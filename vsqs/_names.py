@@ -1,17 +1,21 @@
-"""The on-disk name grammar (format version 1): pure functions, no I/O.
+"""The on-disk name grammar (format version 2): pure functions, no I/O.
 
 A message is one object whose name is its state (see ``docs/format.md``)::
 
-    <id>                    ready: visible, never received
-    <id>.<expiry>.<count>   invisible until unix-ms <expiry>; received <count> times
-                            (count 0: a delayed send); visible again once expired
-    <id>.new                being written by a producer; invisible
+    <id>                              ready: visible, never received
+    <id>.<expiry>.<count>.<version>   invisible until unix-ms <expiry>; received
+                                      <count> times (0: a delayed send); visible
+                                      again once expired
+    <id>.new                          being written by a producer; invisible
 
     <id> = <ms:13 digits>-<seq:4 hex>-<nonce:16 hex>
 
 Names are fixed width up to the first dot, so a plain sort of names is FIFO
-order. Anything else in a queue (including names that merely look similar) is
-foreign: vsqs never reads, renames or deletes it, except the config object.
+order. ``<version>`` counts a message's names: every rename (and every move
+into another queue) gives it a name with the next version, so no name of a
+message ever recurs. Anything else in a queue (including names that merely
+look similar) is foreign: vsqs never reads, renames or deletes it, except the
+config object.
 """
 
 from __future__ import annotations
@@ -27,19 +31,21 @@ from typing import NamedTuple
 
 from ._errors import InvalidArgument, InvalidQueueName, InvalidReceipt
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 CONFIG_NAME = "vsqs.json"
 NEW_SUFFIX = ".new"
 
 ID_LEN = 35  # 13 + 1 + 4 + 1 + 16
 _ID = r"[0-9]{13}-[0-9a-f]{4}-[0-9a-f]{16}"
 _ID_RE = re.compile(_ID)
-_INVISIBLE_RE = re.compile(rf"({_ID})\.([0-9]{{13}})\.(0|[1-9][0-9]{{0,8}})")
+_NUMBER = r"(0|[1-9][0-9]{0,8})"
+_INVISIBLE_RE = re.compile(rf"({_ID})\.([0-9]{{13}})\.{_NUMBER}\.([1-9][0-9]{{0,8}})")
 _QUEUE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 _SEQ_LIMIT = 0x10000
 MAX_EXPIRY_MS = 10**13 - 1
 MAX_COUNT = 10**9 - 1
+MAX_VERSION = 10**9 - 1
 
 READY = "ready"
 INVISIBLE = "invisible"
@@ -50,12 +56,14 @@ DELAYED = "delayed"
 
 
 class Name(NamedTuple):
-    """A parsed message name. ``expiry_ms`` is ``None`` for ready and new names."""
+    """A parsed message name. ``expiry_ms`` is ``None`` for ready and new names,
+    whose version is 0."""
 
     id: str
     state: str
     expiry_ms: int | None = None
     receive_count: int = 0
+    version: int = 0
 
 
 def parse(name: str) -> Name | None:
@@ -70,7 +78,7 @@ def parse(name: str) -> Name | None:
     m = _INVISIBLE_RE.fullmatch(name)
     if m is None:
         return None
-    return Name(m.group(1), INVISIBLE, int(m.group(2)), int(m.group(3)))
+    return Name(m.group(1), INVISIBLE, int(m.group(2)), int(m.group(3)), int(m.group(4)))
 
 
 def is_receipt(name: object) -> bool:
@@ -103,9 +111,18 @@ def new_name(message_id: str) -> str:
     return message_id + NEW_SUFFIX
 
 
-def invisible_name(message_id: str, expiry_ms: int, count: int) -> str:
+def invisible_name(message_id: str, expiry_ms: int, count: int, version: int) -> str:
     """The name of a message invisible until ``expiry_ms`` after ``count`` receives."""
-    return f"{message_id}.{min(max(expiry_ms, 0), MAX_EXPIRY_MS):013d}.{min(count, MAX_COUNT)}"
+    if not 1 <= version <= MAX_VERSION:
+        raise InvalidArgument(f"message {message_id} was renamed more than {MAX_VERSION} times")
+    expiry = min(max(expiry_ms, 0), MAX_EXPIRY_MS)
+    return f"{message_id}.{expiry:013d}.{min(count, MAX_COUNT)}.{version}"
+
+
+def next_name(name: Name, expiry_ms: int, count: int) -> str:
+    """The name ``name`` is renamed to: invisible until ``expiry_ms``, received
+    ``count`` times, with the next version (so it never was a name of the message)."""
+    return invisible_name(name.id, expiry_ms, count, name.version + 1)
 
 
 def id_ms(message_id: str) -> int:
@@ -119,7 +136,7 @@ def is_visible(name: Name, now_ms: int) -> bool:
 
 def published_name(message_id: str, delayed_until: int | None) -> str:
     """A sent message's first name: its id, or invisible until ``delayed_until`` (ms)."""
-    return message_id if delayed_until is None else invisible_name(message_id, delayed_until, 0)
+    return message_id if delayed_until is None else invisible_name(message_id, delayed_until, 0, 1)
 
 
 def visibility(name: Name, now_ms: int) -> str:

@@ -10,7 +10,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Iterator
-from contextlib import AbstractContextManager, nullcontext, suppress
+from contextlib import AbstractContextManager, ExitStack, nullcontext, suppress
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from types import TracebackType
@@ -39,7 +39,7 @@ from ._errors import (
     VsqsError,
 )
 from ._registry import open_store
-from ._store import Store
+from ._store import OutcomeUnknown, Store
 
 if TYPE_CHECKING:
     import asyncio
@@ -83,6 +83,10 @@ HEAD_NAMES = 500
 DEFAULT_NEW_GRACE = 3600.0
 #: How long a redrive or dead-letter move holds a message while moving it.
 _MOVE_HOLD_MS = 300_000
+#: Names a move into another queue tries before it gives up.
+_MOVE_ATTEMPTS = 3
+#: Fresh ids a send tries before it gives up.
+_SEND_ATTEMPTS = 8
 
 
 def as_bytes(body: object) -> bytes:
@@ -336,13 +340,16 @@ class _Candidates:
     def next_expiry_ms(self) -> int | None:
         return self.heap[0][0] if self.heap else None
 
-    def due(self, store: Store) -> bool:
-        """Whether to list again before the next claim (possibly to find nothing)."""
+    def due(self, store: Store, now: float) -> bool:
+        """Whether to list again before the next claim (possibly to find nothing).
+
+        ``now``: the receiver's monotonic time, as ``listed_at`` was taken.
+        """
         exhausted = self.pos >= len(self.names)
         oldest_young = self.oldest_young
         if oldest_young is not None and (exhausted or oldest_young < self.names[self.pos]):
             return True  # a second look makes fresh names candidates, in FIFO order
-        age = time.monotonic() - self.listed_at
+        age = now - self.listed_at
         if self.listed_count > THROTTLE_ABOVE and age < LISTING_BUDGET * self.listing_seconds:
             return False
         if age >= STALE_AFTER:
@@ -398,6 +405,8 @@ class Queue:
             durable = env_flag(ENV_DURABLE, True)
         self.durable = bool(durable) and self._store.durable
         self._clock = clock
+        # Listing ages follow an injected clock too (a simulation replays).
+        self._elapsed = time.monotonic if clock is time.time else clock
         self._ids = names.id_generator(clock)
         if new_grace is None:
             new_grace = default_new_grace()
@@ -425,10 +434,13 @@ class Queue:
                 raise QueueNotFound(f"no queue at {self.url}")
             if not store.exclusive_claims():
                 if not self._unsafe_claims:
+                    why = f" ({store.refusal})" if store.refusal else ""
                     raise UnsupportedStore(
-                        f"{self.url}: this store cannot make claims exclusive, so two "
-                        "consumers could receive the same message at once; pass "
-                        "unsafe_claims=True to use it anyway (docs/protocol.md)"
+                        f"{self.url}: this store cannot make claims exclusive{why}, so two "
+                        "consumers could receive the same message at once. To use it "
+                        "anyway: unsafe_claims=True (Python), --unsafe-claims (vsqs "
+                        'command), .option("unsafeClaims", "true") (Spark); see '
+                        "docs/protocol.md"
                     )
                 log.warning("%s: claims are not exclusive here (unsafe_claims=True)", self.url)
             try:
@@ -473,9 +485,13 @@ class Queue:
         return int(seconds(visibility_timeout, "visibility_timeout") * 1000)
 
     def close(self) -> None:
-        """Release the resources of a store this queue opened. The data is untouched."""
+        """Carry out deletions held back for batching (object stores), and
+        release the resources of a store this queue opened. The data is untouched."""
         if self._owns_store:
             self._store.close()
+        else:
+            with suppress(OSError):  # listers collect what is left
+                self._store.flush()
         if self._dead_letter_queue is not None:
             self._dead_letter_queue.close()
 
@@ -520,12 +536,12 @@ class Queue:
         except FileExistsError:
             if not replace_new:
                 raise
-            store.delete(tmp)
+            store.delete(tmp, known=True)
             store.write_new(tmp, data, fsync=self.durable)
         try:
             store.rename(tmp, final)
         except FileExistsError:
-            store.delete(tmp)
+            store.delete(tmp, known=True)
             return False
         if self.durable:
             store.sync_names()
@@ -555,7 +571,10 @@ class Queue:
         return self._ids.next_id(self._now_ms())
 
     def _send_one(self, data: bytes, delay_ms: int) -> str:
-        while True:
+        """Publish under a fresh id; draw another if the name is taken (an id
+        collision), or burned by a create whose outcome is unknown (it may
+        land later: a send is at least once)."""
+        for _ in range(_SEND_ATTEMPTS):
             message_id = self._next_id()
             visible_at = self._expiry_ms(delay_ms)
             final = names.published_name(message_id, visible_at if delay_ms else None)
@@ -564,7 +583,8 @@ class Queue:
                     self._note_sent(final, visible_at if delay_ms else None)
                     return message_id
             except FileExistsError:
-                pass  # an id collision: draw the next id
+                pass
+        raise StorageError(f"could not publish a message under {_SEND_ATTEMPTS} fresh ids")
 
     def send_batch(self, bodies: Iterable[Body], *, delay: float = 0) -> list[str]:
         """Send several messages; return their ids in order.
@@ -596,7 +616,7 @@ class Queue:
             finally:
                 for message_id in written[len(sent) :]:
                     with suppress(OSError):
-                        store.delete(names.new_name(message_id))
+                        store.delete(names.new_name(message_id), known=True)
         except OSError as exc:
             _storage_error(exc, f"sending a batch to {self.url} ({len(sent)} sent)")
 
@@ -692,7 +712,7 @@ class Queue:
                         else:
                             c.add_changes(changes)
                         c.retry_skipped()
-                    if c.due(store):
+                    if c.due(store, self._elapsed()):
                         if relists == 2:
                             break
                         self._relist(now)
@@ -716,45 +736,57 @@ class Queue:
                 claimed_ids.add(message_id)
                 later.append((held, expiry))
                 if max_receives is not None and count > max_receives:
-                    self._dead_letter(message_id, held)
+                    self._dead_letter(held)
                     continue
                 try:
                     body = store.read(held)
                 except FileNotFoundError:
                     continue  # already expired and taken by another receiver
-                if vt_ms and self._now_ms() >= expiry:
-                    # The claim outlasted its visibility timeout (slow storage):
-                    # others may hold the message already. It is visible again.
-                    log.warning(
-                        "%s: the claim of %s outlasted its visibility timeout", self.url, held
-                    )
-                    continue
                 out.append(Message(self, message_id, body, held, count))
         finally:
             with self._lock:
                 for name, expiry in later:
                     c.add_invisible(name, expiry)
-        return out
+        return self._unexpired(out) if vt_ms else out
+
+    def _unexpired(self, claimed: list[Message]) -> list[Message]:
+        """Drop claims whose visibility timeout ran out before the batch returns
+        (slow storage, or slow later claims of the batch): others may hold the
+        message already. It is visible again, with its receive count."""
+        now = self._now_ms()
+        kept = []
+        for message in claimed:
+            parsed = names.parse(message.receipt or "")
+            if parsed is not None and parsed.expiry_ms is not None and parsed.expiry_ms <= now:
+                log.warning(
+                    "%s: the claim of %s outlasted its visibility timeout",
+                    self.url,
+                    message.receipt,
+                )
+                continue
+            kept.append(message)
+        return kept
 
     def _claim(self, name: str, now: int, vt_ms: int) -> tuple[str, str, int, int] | None:
         """Rename a candidate to held: ``(id, held name, count, expiry)``, ``None`` if lost.
 
         The caller holds the lock.
         """
-        if len(name) == names.ID_LEN:
-            if not names.is_id(name):
-                return None  # foreign
-            message_id, count = name, 1
-        else:
-            parsed = names.parse(name)
-            if parsed is None or not names.is_visible(parsed, now):
-                return None
-            message_id, count = parsed.id, parsed.receive_count + 1
+        parsed = names.parse(name)
+        if parsed is None or parsed.state == names.NEW or not names.is_visible(parsed, now):
+            return None  # foreign, or not visible (any more)
+        message_id, count = parsed.id, parsed.receive_count + 1
         expiry = self._expiry_ms(vt_ms)
-        held = names.invisible_name(message_id, expiry, count)
+        held = names.next_name(parsed, expiry, count)
         c = self._candidates
         try:
             self._store.rename(name, held)
+        except OutcomeUnknown:
+            # Slow enough that a lister may have finished it for us: not
+            # ours to return; if it took effect, the message comes back at
+            # ``held``'s expiry, as from a claimer that died.
+            log.warning("%s: a claim of %s was too slow to tell its outcome", self.url, name)
+            return None
         except (FileNotFoundError, FileExistsError):
             # Another consumer took it. After the second loss in a row (on
             # stores where losses are costly, the first), skip ahead a
@@ -774,7 +806,7 @@ class Queue:
     def _relist(self, now_ms: int) -> None:
         """Refresh the candidates from one listing (caller holds the lock)."""
         c, store = self._candidates, self._store
-        started = time.monotonic()
+        started = self._elapsed()
         # Drain (or start) the arrival feed first: with one, every name that
         # appears during or after this listing is reported, so no name needs
         # a second look. The first listing goes without: a client that drains
@@ -829,7 +861,7 @@ class Queue:
         c.skipped = []
         c.oldest_young = min(young) if young else None
         c.losses = c.losses // 2
-        c.listed_at = time.monotonic()
+        c.listed_at = self._elapsed()
         c.listing_seconds = c.listed_at - started
         c.listed_count = listed
         if stale_new:
@@ -844,7 +876,7 @@ class Queue:
             parsed = names.parse(name)
             if parsed is not None and parsed.state == names.NEW:  # foreign: never touched
                 with suppress(FileNotFoundError):
-                    self._store.delete(name)
+                    self._store.delete(name, known=True)
                     removed.append(name)
             if progress is not None:
                 progress(done, len(candidates))
@@ -907,24 +939,50 @@ class Queue:
             self._dead_letter_queue = dlq
         return self._dead_letter_queue
 
-    def _dead_letter(self, message_id: str, held: str) -> None:
+    def _dead_letter(self, held: str) -> None:
         """Move a message this client holds to the dead-letter queue, keeping its id."""
+        parsed = names.parse(held)
+        assert parsed is not None
         try:
             body = self._store.read(held)
         except FileNotFoundError:
             return
         dlq = self._dead_letter_target()
-        dlq._move_in(message_id, body)
+        dlq._move_in(parsed, body)  # raises: the message stays held here, and comes back
         with suppress(FileNotFoundError):
-            self._store.delete(held)
-        log.info("%s: message %s dead-lettered to %s", self.url, message_id, dlq.url)
+            self._store.delete(held, known=True)
+        log.info("%s: message %s dead-lettered to %s", self.url, parsed.id, dlq.url)
 
-    def _move_in(self, message_id: str, body: bytes) -> None:
-        """Publish a moved message under its own id; a repeat of a crashed move is a no-op."""
+    def _move_in(self, moved: names.Name, body: bytes) -> bool:
+        """Publish a message moved here from another queue (where its name was
+        ``moved``): visible, receive count 0. Under its id, or where names must
+        not recur (:attr:`Store.unique_names`), under the next version: a name
+        it never had. Returns whether it published.
+
+        An earlier move of it may have published it here already and been cut
+        short before it removed the message at its source: if it is here and
+        nobody received it yet (receive count 0), nothing is published (one
+        listing of the id's names). A copy here that was received is not
+        trusted: it may be on its way out (a dead-lettering crossing a
+        redrive), so the message is published again (at least once).
+        """
         try:
-            self._publish(message_id, body, message_id, replace_new=True)
+            for name in self._store.list(prefix=moved.id):
+                here = names.parse(name)
+                if here is not None and here.state != names.NEW and not here.receive_count:
+                    return False
+            if not self._store.unique_names:
+                return self._publish(moved.id, body, moved.id, replace_new=True)
+            # Visible since it was sent, whatever the clock; a name that is taken
+            # or burned (a create of unknown outcome, which may land later: at
+            # least once) is not used again.
+            for expiry in range(names.id_ms(moved.id), names.id_ms(moved.id) + _MOVE_ATTEMPTS):
+                final = names.invisible_name(moved.id, expiry, 0, moved.version + 1)
+                if self._publish(moved.id, body, final):
+                    return True
+            raise StorageError(f"{moved.id}: could not publish it in {_MOVE_ATTEMPTS} attempts")
         except OSError as exc:
-            _storage_error(exc, f"moving {message_id} into {self.url}")
+            _storage_error(exc, f"moving {moved.id} into {self.url}")
 
     # ------------------------------------------------------- by receipt
     def _check_own(self, message: Message) -> None:
@@ -943,16 +1001,21 @@ class Queue:
     def _locked(message: Message | None) -> AbstractContextManager[Any]:
         return message._lock if message is not None else nullcontext()
 
+    @staticmethod
+    def _receipt_name(parsed: names.Name) -> str:
+        return names.invisible_name(
+            parsed.id, parsed.expiry_ms or 0, parsed.receive_count, parsed.version
+        )
+
     def _move_held(self, parsed: names.Name, expiry_ms: int, what: str) -> str:
         """Rename a held message to a new expiry; return the new name.
 
-        The new name always differs from the receipt (1 ms later if need be),
-        so the atomic rename itself proves the receipt is still current.
+        The new name has the next version, so it differs from the receipt (and
+        from every earlier name of the message): the atomic rename itself
+        proves the receipt is still current.
         """
-        receipt = names.invisible_name(parsed.id, parsed.expiry_ms or 0, parsed.receive_count)
-        if expiry_ms == parsed.expiry_ms:
-            expiry_ms += 1
-        new = names.invisible_name(parsed.id, expiry_ms, parsed.receive_count)
+        receipt = self._receipt_name(parsed)
+        new = names.next_name(parsed, expiry_ms, parsed.receive_count)
         try:
             self._store.rename(receipt, new)
         except (FileNotFoundError, FileExistsError):
@@ -997,8 +1060,9 @@ class Queue:
             if message is not None and receipt is not message._issued:
                 names.parse_receipt(receipt)  # changed by the caller: untrusted again
             assert isinstance(receipt, str)
+            issued = message is not None and receipt is message._issued
             try:
-                self._store.delete(receipt)
+                self._store.delete(receipt, known=issued)
             except FileNotFoundError:
                 raise ReceiptExpired(f"cannot delete: {receipt} is no longer current") from None
             except OSError as exc:
@@ -1016,20 +1080,25 @@ class Queue:
         """
         vt_ms = int(seconds(visibility_timeout, "visibility_timeout") * 1000)
         parsed, message = self._held(msg_or_receipt)
-        with self._locked(message):
-            if message is not None:
-                parsed = names.parse_receipt(message.receipt)
+        if message is None:
+            # The body before the rename: the rename alone decides the
+            # outcome (a read after it could find the name already expired
+            # and taken, and call an extend that took effect stale).
+            receipt = self._receipt_name(parsed)
+            try:
+                body = self._store.read(receipt)
+            except FileNotFoundError:
+                raise ReceiptExpired(f"cannot extend: {receipt} is no longer current") from None
+            except OSError as exc:
+                _storage_error(exc, f"reading from {self.url}")
             new = self._move_held(parsed, self._expiry_ms(vt_ms), "extend")
-            if message is not None:
-                message.receipt = message._issued = new
-                return message
-        try:
-            body = self._store.read(new)
-        except FileNotFoundError:
-            raise ReceiptExpired(f"{new} vanished right after extend") from None
-        except OSError as exc:
-            _storage_error(exc, f"reading from {self.url}")
-        return Message(self, parsed.id, body, new, parsed.receive_count)
+            return Message(self, parsed.id, body, new, parsed.receive_count)
+        with message._lock:
+            parsed = names.parse_receipt(message.receipt)
+            message.receipt = message._issued = self._move_held(
+                parsed, self._expiry_ms(vt_ms), "extend"
+            )
+            return message
 
     def release(self, msg_or_receipt: Message | str, *, delay: float = 0) -> None:
         """Negative acknowledge: make a received message visible again after ``delay``.
@@ -1047,8 +1116,8 @@ class Queue:
                 message._done = True
 
     # ---------------------------------------------------------- inspection
-    def _parsed_listing(self) -> Iterator[tuple[str, names.Name]]:
-        for name in self._store.list():
+    def _parsed_listing(self, *, settle: bool = False) -> Iterator[tuple[str, names.Name]]:
+        for name in self._store.list(settle=settle):
             parsed = names.parse(name)
             if parsed is not None:
                 yield name, parsed
@@ -1083,8 +1152,10 @@ class Queue:
     def stats(self) -> QueueStats:
         """Counts by state from one listing (and one of the dead-letter queue).
 
-        Reads names only, never a body; changes nothing (a dead-letter queue
-        that does not exist yet counts 0 and is not created).
+        Reads names only, never a body, and changes nothing (a dead-letter
+        queue that does not exist yet counts 0 and is not created). A message
+        being renamed by another client (on object stores, a move under way)
+        counts under the name it leaves.
         """
         now = self._now_ms()
         ready = in_flight = delayed = writing = 0
@@ -1092,7 +1163,7 @@ class Queue:
         next_visible: int | None = None
         in_flight_expiry: int | None = None
         try:
-            for _, parsed in self._parsed_listing():
+            for _, parsed in self._parsed_listing(settle=True):
                 if parsed.state == names.NEW:
                     writing += 1
                     continue
@@ -1139,7 +1210,9 @@ class Queue:
         """Delete every message in every state (not sends under way); return how many.
 
         Holders of purged messages get :class:`ReceiptExpired` on their receipts.
-        Messages sent while it runs may survive it.
+        Messages sent, received or renamed while it runs may survive it (on
+        object stores, one whose move another client began less than
+        ``FINISH_AFTER`` ago).
         """
         removed = 0
         with self._lock:
@@ -1148,10 +1221,11 @@ class Queue:
             doomed = [name for name, parsed in self._parsed_listing() if parsed.state != names.NEW]
             for done, name in enumerate(doomed, 1):
                 with suppress(FileNotFoundError):
-                    self._store.delete(name)
+                    self._store.delete(name, known=True)
                     removed += 1
                 if progress is not None:
                     progress(done, len(doomed))
+            self._store.flush()
         except OSError as exc:
             _storage_error(exc, f"purging {self.url}")
         log.info("%s: purged %d messages", self.url, removed)
@@ -1317,19 +1391,33 @@ def redrive(
     storage_options: dict[str, Any] | None = None,
     max_messages: int | None = None,
     progress: Progress | None = None,
+    unsafe_claims: bool = False,
 ) -> int:
     """Move visible messages from a dead-letter queue back to ``source``; return how many.
 
-    Each message keeps its id (so its FIFO position) and starts with a receive
-    count of 0. Safe to run concurrently with consumers of either queue and
-    with another redrive: every message is first received from the
-    dead-letter queue, so only one mover handles it.
+    ``dead_letter`` and ``source`` are locations (opened here with
+    ``storage_options`` and ``unsafe_claims``, and closed again) or open
+    :class:`Queue` objects (left open). Each message keeps its id (so its FIFO
+    position) and starts with a receive count of 0. Safe to run concurrently
+    with consumers of either queue and with another redrive: every message is
+    first received from the dead-letter queue, so only one mover handles it.
     """
     moved = 0
-    with (
-        Queue(dead_letter, storage_options=storage_options, create=False) as dlq,
-        Queue(source, storage_options=storage_options, create=False) as target,
-    ):
+    with ExitStack() as opened:
+
+        def queue(location: object) -> Queue:
+            if isinstance(location, Queue):
+                return location
+            return opened.enter_context(
+                Queue(
+                    location,
+                    storage_options=storage_options,
+                    create=False,
+                    unsafe_claims=unsafe_claims,
+                )
+            )
+
+        dlq, target = queue(dead_letter), queue(source)
         while max_messages is None or moved < max_messages:
             batch = dlq.receive_batch(
                 100 if max_messages is None else min(100, max_messages - moved),
@@ -1338,7 +1426,9 @@ def redrive(
             if not batch:
                 break
             for message in batch:
-                target._move_in(message.id, message.body)
+                held = names.parse(message.receipt or "")
+                assert held is not None
+                target._move_in(held, message.body)
                 try:
                     dlq.delete(message)
                 except ReceiptExpired:

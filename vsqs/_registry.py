@@ -117,10 +117,13 @@ def _object_store(scheme: str, url: str, storage_options: dict[str, Any]) -> Sto
         from ._store_s3 import S3Objects
 
         return ObjectStore(S3Objects(fs, path, display, bucketed=True))
+    if scheme in ("gs", "gcs"):
+        from ._store_gcs import GCSObjects
+
+        return ObjectStore(GCSObjects(fs, path, display, bucketed=True))
     from ._store_fsspec import FsspecObjects
 
-    via = "gcs-generation" if scheme in ("gs", "gcs") else "create-only"
-    return ObjectStore(FsspecObjects(fs, path, display, bucketed=bucketed, create_via=via))
+    return ObjectStore(FsspecObjects(fs, path, display, bucketed=bucketed))
 
 
 def _display_url(url: str, path: str, bucketed: bool) -> str:

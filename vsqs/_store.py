@@ -17,12 +17,20 @@ Changes = list[tuple[str, bool]]
 Names = list[str]
 
 
-class Store(ABC):
-    """One queue's namespace. Names are single components chosen by vsqs.
+class OutcomeUnknown(TimeoutError):
+    """A change whose requests were so slow that another client may have
+    finished it meanwhile: it may or may not have taken effect."""
 
-    Methods raise the builtin ``FileNotFoundError``, ``FileExistsError``,
-    ``PermissionError`` or other ``OSError``; the queue layer turns them into
-    :class:`vsqs.VsqsError` subclasses.
+
+class Store(ABC):
+    """One queue's namespace. Names are single components chosen by vsqs: names
+    of the grammar of :mod:`vsqs._names` and the config object, never paths.
+
+    A store is shared by the threads of a :class:`vsqs.Queue`: every method
+    must be thread-safe. Methods raise the builtin ``FileNotFoundError`` (a
+    name that is absent), ``FileExistsError``, ``PermissionError`` or other
+    ``OSError``; the queue layer turns them into :class:`vsqs.VsqsError`
+    subclasses.
     """
 
     #: ``rename`` is atomic: of any number of racing renames of one name, exactly
@@ -39,6 +47,10 @@ class Store(ABC):
     #: A lost claim costs requests to a server (object stores), so receivers
     #: that lose one spread further over the head of the queue at once.
     lost_claims_are_costly: ClassVar[bool] = False
+    #: No name may be used twice (object stores, whose emulated renames leave
+    #: markers keyed by name): a message moved into the queue is published
+    #: under a new versioned name, not under its id again.
+    unique_names: ClassVar[bool] = False
 
     url: str
 
@@ -64,20 +76,29 @@ class Store(ABC):
         """Whether claims are exclusive here (``atomic_rename``; probed on object stores)."""
         return self.atomic_rename
 
+    @property
+    def refusal(self) -> str:
+        """Why claims cannot be exclusive here, in the store's own words ('' if unknown)."""
+        return ""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (file descriptors, sessions). Idempotent."""
 
     # -- names -----------------------------------------------------------
     @abstractmethod
-    def list(self) -> Iterable[str]:
-        """Names of the plain objects in the namespace, in any order.
+    def list(self, *, prefix: str = "", settle: bool = False) -> Iterable[str]:
+        """Names of the plain objects in the namespace that start with ``prefix``,
+        in any order (ascending where :attr:`lists_in_order`).
 
-        Directories, symlinks and other special files are not listed.
+        Directories, symlinks and other special files are not listed. With
+        ``settle``, a message that another client is renaming right now (on
+        object stores, a move under way) is listed under the name it leaves,
+        so that every message is counted.
         """
 
     @abstractmethod
     def read(self, name: str) -> bytes:
-        """The content of ``name``; never follows a symlink."""
+        """The content of ``name`` (``FileNotFoundError`` if absent); never follows a symlink."""
 
     @abstractmethod
     def write_new(self, name: str, data: bytes, *, fsync: bool) -> None:
@@ -92,12 +113,17 @@ class Store(ABC):
         """Atomically rename ``src`` to ``dst`` without replacing ``dst``.
 
         ``FileNotFoundError`` if ``src`` is gone (another client won the race),
-        ``FileExistsError`` if ``dst`` exists.
+        ``FileExistsError`` if ``dst`` exists, :class:`OutcomeUnknown` if a
+        slow request leaves the outcome unknown (object stores).
         """
 
     @abstractmethod
-    def delete(self, name: str) -> None:
-        """Remove ``name``; ``FileNotFoundError`` if it is gone."""
+    def delete(self, name: str, *, known: bool = False) -> None:
+        """Remove ``name``; ``FileNotFoundError`` if it is gone.
+
+        ``known``: the caller made or listed the name (it is no untrusted
+        input), which spares object stores a request.
+        """
 
     def creates_atomically(self, fsync: bool) -> bool:
         """Whether ``write_new(name, data, fsync=fsync)`` shows readers all or nothing.
@@ -117,6 +143,10 @@ class Store(ABC):
         whose renames are atomic leave nothing to repair: ``[]``.
         """
         return []
+
+    def flush(self) -> None:  # noqa: B027 - optional hook
+        """Carry out work held back for batching (object stores: deletions of
+        acknowledged messages and spent markers)."""
 
     def sync_files(self, names: Iterable[str]) -> None:  # noqa: B027 - optional hook
         """Make the content of the given new objects durable (one flush where possible)."""

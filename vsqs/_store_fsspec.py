@@ -1,24 +1,29 @@
-"""Any fsspec filesystem as an :class:`~vsqs._store_object.ObjectIO` (``memory://``, ``gs://`` ...).
+"""Any fsspec filesystem as an :class:`~vsqs._store_object.ObjectIO` (``memory://`` ...).
 
 One request per call where the filesystem maps it to one: ``ls``, ``cat_file``,
-``pipe_file(mode="create")``, ``cp_file`` and ``rm_file``. Whether a create is
-exclusive is probed at queue open, not assumed: gcsfs sends
-``ifGenerationMatch=0``; fsspec's memory filesystem checks and sets without a
-lock, so vsqs serializes its creates with a process-wide lock (a ``memory://``
-queue lives in one process anyway).
+``info``, ``pipe_file(mode="create")``, ``cp_file`` and ``rm_file``. Whether a
+create is exclusive is probed at queue open, not assumed. fsspec's memory
+filesystem is not thread-safe (it checks and sets without a lock, and its
+``ls`` and copies fail with ``KeyError`` when another thread deletes a key), so
+every request to it takes one process-wide lock: a ``memory://`` queue lives
+in one process anyway.
+
+S3 and GCS have adapters of their own (:mod:`vsqs._store_s3`,
+:mod:`vsqs._store_gcs`) that keep their client libraries from sending a
+create twice.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Hashable, Iterator
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import datetime
 from typing import Any
 
 from ._store_object import ObjectIO
 
-_MEMORY_CREATES = threading.Lock()
+_MEMORY = threading.Lock()
 
 
 def _modified(entry: dict[str, Any]) -> float | None:
@@ -39,19 +44,16 @@ def _modified(entry: dict[str, Any]) -> float | None:
 class FsspecObjects(ObjectIO):
     """A queue at ``root`` (a path without protocol) of the fsspec filesystem ``fs``."""
 
-    def __init__(
-        self, fs: Any, root: str, url: str, *, bucketed: bool, create_via: str = "create-only"
-    ) -> None:
+    def __init__(self, fs: Any, root: str, url: str, *, bucketed: bool) -> None:
         super().__init__()
         self.fs = fs
         self.root = root.rstrip("/")
         self.url = url
         #: The first path component is a bucket that must exist (vsqs never creates one).
         self.bucketed = bucketed
-        self.exclusive_create_via = create_via
         protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
-        self._creating: AbstractContextManager[Any] = (
-            _MEMORY_CREATES if "memory" in protocols else nullcontext()
+        self._serial: AbstractContextManager[Any] = (
+            _MEMORY if "memory" in protocols else nullcontext()
         )
 
     @property
@@ -59,60 +61,80 @@ class FsspecObjects(ObjectIO):
         bucket = self.root.partition("/")[0] if self.bucketed else ""
         return (type(self), type(self.fs), getattr(self.fs, "_fs_token", id(self.fs)), bucket)
 
+    @contextmanager
+    def _request(self, kind: str) -> Iterator[None]:
+        """Count one request; serialize it where the filesystem is not thread-safe."""
+        self.count(kind)
+        with self._serial:
+            try:
+                yield
+            except KeyError as exc:  # fsspec's memory filesystem, racing a delete
+                raise FileNotFoundError(str(exc)) from None
+
     def _path(self, name: str) -> str:
         return f"{self.root}/{name}"
 
     def container_exists(self) -> bool:
         if not self.bucketed:
             return True
-        self.count("head")
-        return bool(self.fs.exists(self.root.partition("/")[0]))
+        with self._request("head"):
+            return bool(self.fs.exists(self.root.partition("/")[0]))
 
-    def listing(self) -> Iterator[tuple[str, float | None]]:
-        self.count("list")
+    def listing(self, prefix: str = "") -> Iterator[tuple[str, float | None]]:
         try:
-            entries = self.fs.ls(self.root, detail=True, refresh=True)
+            with self._request("list"):
+                entries = self.fs.ls(self.root, detail=True, refresh=True)
         except FileNotFoundError:
             return
         found = []
-        prefix = self.root.lstrip("/") + "/"
+        root = self.root.lstrip("/") + "/"
         for entry in entries:
             path = entry["name"].lstrip("/")
-            if entry.get("type") != "file" or not path.startswith(prefix):
+            if entry.get("type") != "file" or not path.startswith(root + prefix):
                 continue
-            name = path[len(prefix) :]
+            name = path[len(root) :]
             if name and "/" not in name:
                 found.append((name, _modified(entry)))
         found.sort()
         yield from found
 
     def get(self, name: str) -> bytes:
-        self.count("get")
-        data: bytes = self.fs.cat_file(self._path(name))
+        with self._request("get"):
+            data: bytes = self.fs.cat_file(self._path(name))
         return data
 
-    def create(self, name: str, data: bytes) -> str | None:
-        self.count("put")
-        with self._creating:
+    def exists(self, name: str) -> bool:
+        try:
+            with self._request("head"):
+                self.fs.info(self._path(name))
+        except FileNotFoundError:
+            return False
+        return True
+
+    def create(self, name: str, data: bytes) -> None:
+        with self._request("put"):
             self.fs.pipe_file(self._path(name), data, mode="create")
-        return None
 
-    def copy(self, src: str, dst: str) -> str | None:
-        self.count("copy")
-        self.fs.cp_file(self._path(src), self._path(dst))
-        return None
+    def copy(self, src: str, dst: str) -> None:
+        with self._request("copy"):
+            self.fs.cp_file(self._path(src), self._path(dst))
 
-    def delete(self, name: str, tag: str | None = None) -> None:
-        self.count("delete")
-        self.fs.rm_file(self._path(name))
+    def remove(self, names: list[str]) -> list[str]:
+        failed = []
+        for name in names:
+            try:
+                with self._request("delete"):
+                    self.fs.rm_file(self._path(name))
+            except FileNotFoundError:
+                pass
+            except OSError:
+                failed.append(name)
+        return failed
 
     def sibling(self, name: str) -> FsspecObjects:
-        parent = self.root.rpartition("/")[0]
-        url_parent = self.url.rpartition("/")[0]
         return type(self)(
             self.fs,
-            f"{parent}/{name}",
-            f"{url_parent}/{name}",
+            f"{self.root.rpartition('/')[0]}/{name}",
+            f"{self.url.rpartition('/')[0]}/{name}",
             bucketed=self.bucketed,
-            create_via=self.exclusive_create_via,
         )

@@ -46,6 +46,8 @@ if _renameat2 is not None:
 _O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 #: Never follows a symlink; never blocks on a FIFO.
 _O_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+#: What opening (a symlink: ``O_NOFOLLOW``; a socket) or reading (a directory) raises.
+_NOT_A_FILE = frozenset({errno.ELOOP, errno.EISDIR, errno.ENXIO})
 _O_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _O_TMPFILE = os.O_WRONLY | getattr(os, "O_TMPFILE", 0) | os.O_CLOEXEC
 #: O_TMPFILE files are linked through their /proc/self/fd entry.
@@ -113,21 +115,29 @@ class LocalStore(Store):
             os.close(fd)
 
     # -- names -----------------------------------------------------------
-    def list(self) -> Iterator[str]:
+    def list(self, *, prefix: str = "", settle: bool = False) -> Iterator[str]:
         with os.scandir(self.fd) as entries:
             for entry in entries:
-                if entry.is_file(follow_symlinks=False):
+                if entry.name.startswith(prefix) and entry.is_file(follow_symlinks=False):
                     yield entry.name
 
     def read(self, name: str) -> bytes:
-        fd = os.open(name, _O_READ, dir_fd=self.fd)
+        """The file's bytes; ``FileNotFoundError`` if it is missing or no
+        message file (a symlink, a directory or a socket planted under a
+        message name: a forged receipt reads nothing through it)."""
         try:
-            data = os.read(fd, _READ_CHUNK)
-            if len(data) < _READ_CHUNK:
-                return data  # small messages: one read, no fstat
-            return _read_whole(fd, os.fstat(fd).st_size)
-        finally:
-            os.close(fd)
+            fd = os.open(name, _O_READ, dir_fd=self.fd)
+            try:
+                data = os.read(fd, _READ_CHUNK)
+                if len(data) < _READ_CHUNK:
+                    return data  # small messages: one read, no fstat
+                return _read_whole(fd, os.fstat(fd).st_size)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            if exc.errno in _NOT_A_FILE:
+                raise FileNotFoundError(errno.ENOENT, "not a message file", name) from exc
+            raise
 
     def creates_atomically(self, fsync: bool) -> bool:
         # A linked O_TMPFILE inode's new link count is not made durable by a
@@ -174,7 +184,7 @@ class LocalStore(Store):
         # source; it would replace dst, which ids make unique (docs/format.md).
         os.rename(src, dst, src_dir_fd=self.fd, dst_dir_fd=self.fd)
 
-    def delete(self, name: str) -> None:
+    def delete(self, name: str, *, known: bool = False) -> None:
         self._check_file(name)
         os.unlink(name, dir_fd=self.fd)
 

@@ -58,9 +58,9 @@ class MemoryStore(Store):
     def sibling(self, name: str) -> MemoryStore:
         return MemoryStore(name, _spaces=self._spaces)
 
-    def list(self) -> list[str]:
+    def list(self, *, prefix: str = "", settle: bool = False) -> list[str]:
         with self._spaces.changed:
-            return list(self._names)
+            return [name for name in self._names if name.startswith(prefix)]
 
     def read(self, name: str) -> bytes:
         with self._spaces.changed:
@@ -90,7 +90,7 @@ class MemoryStore(Store):
             names[dst] = names.pop(src)
             self._bump()
 
-    def delete(self, name: str) -> None:
+    def delete(self, name: str, *, known: bool = False) -> None:
         with self._spaces.changed:
             try:
                 del self._names[name]

@@ -1,25 +1,43 @@
 """Queues on object stores: an exactly-once rename built from exclusive creates.
 
 Object stores (S3, GCS, ``memory://`` and other fsspec filesystems) have no
-rename. :class:`ObjectStore` emulates the no-replace atomic rename that the
-queue needs on top of five requests an :class:`ObjectIO` adapter provides:
-list keys in order, get, create-only put, server-side copy and delete. The
-protocol, its commit point and every crash window are in ``docs/protocol.md``;
-in short, ``rename(S, D)``:
+rename. :class:`ObjectStore` emulates the no-replace atomic rename the queue
+needs on top of the requests an :class:`ObjectIO` adapter sends: list keys in
+order, get, head, exclusive create, server-side copy and (batched) delete.
+``docs/protocol.md`` analyses it request by request and window by window; in
+short, ``rename(S, D)``:
 
 1. creates the *move marker* ``S.moved`` (content: ``D`` and a token unique to
    this attempt) with an exclusive create. This is the commit point: of any
-   number of clients moving ``S``, exactly one creates the marker. From now on
-   ``S`` is hidden from listings;
-2. reads ``S`` (the body is kept for the receiver, which reads ``D`` next);
-3. copies ``S`` to ``D`` on the server;
-4. deletes ``S``, together with the markers of earlier moves whose source is
-   gone (one batched request where the store has one).
+   number of clients moving or deleting ``S``, exactly one creates the marker.
+   From now on ``S`` is hidden from listings;
+2. copies ``S`` to ``D`` on the server;
+3. deletes ``S``, in one batch with this client's earlier deletions.
 
-A marker whose move did not finish (its client crashed or stalled) is finished
-by whoever lists it later: copying ``S`` to ``D`` again is harmless, because
-only the marker's owner or a finisher ever writes ``D``, and always ``S``'s
-bytes. Guarantees hold only on stores whose exclusive create is atomic, which
+An ack (``delete(D)``) commits the same way, with a marker of empty target,
+then checks that ``D`` is still there; the object itself is deleted with the
+next batch.
+
+It rests on three invariants:
+
+* **no name recurs**: every rename gives a message a name with the next
+  version (``docs/format.md``), moves into another queue continue the count,
+  and no client library is allowed to send a create twice (the adapters refuse
+  their retries; vsqs resolves an unknown outcome itself and publishes under a
+  fresh name). So a marker, once its source is gone, is spent for ever, and a
+  delete, copy or create that lands late can never act on a later incarnation
+  of its name;
+* **no target is shown while its source exists**: ``D`` is returned to the
+  mover, or listed to anyone, only once ``S`` is deleted. A copy of ``S`` to
+  ``D`` can land only while ``S`` exists, so it can never recreate a ``D``
+  that moved on;
+* **a committed move is finished by anyone**: a marker older than
+  ``FINISH_AFTER`` is finished by whoever lists it (copy, delete); it only
+  writes ``S``'s bytes to ``D`` while ``S`` exists. Its client, if it was only
+  slow, then finds ``S`` gone and reports the move as lost: ``D`` cannot tell
+  it that the move was its own, since two clients may choose the same ``D``.
+
+Guarantees hold only on stores whose exclusive create is atomic, which
 :meth:`ObjectStore.exclusive_claims` probes once per bucket and process.
 """
 
@@ -31,15 +49,15 @@ import secrets
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections import Counter, OrderedDict
-from collections.abc import Hashable, Iterable, Iterator
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from itertools import count
 from typing import ClassVar
 
 from . import _names as names
-from ._errors import QueueNotFound
-from ._store import Store
+from ._errors import QueueNotFound, UnsupportedStore
+from ._store import OutcomeUnknown, Store
 
 log = logging.getLogger("vsqs")
 
@@ -49,14 +67,13 @@ MOVED_SUFFIX = ".moved"
 #: not finish is finished by the next client that lists it. Finishing earlier
 #: would be just as safe, but it would race every claim in flight for nothing.
 FINISH_AFTER = 10.0
-#: A receipt whose expiry is further away than this (seconds) is deleted with
-#: one request; closer to its expiry another client may be claiming it (clocks
-#: of hosts differ), so the delete takes the move marker first.
-ACK_MARGIN = 5.0
 #: How often a long poll lists an object store (seconds): listings cost money.
 POLL_INTERVAL = 0.2
-#: Bodies and tags remembered per store between a move and the receiver's read.
-_REMEMBERED = 256
+#: Deletions (acknowledged messages, spent markers) a client holds back to
+#: send with its next batch; at this many it sends them at once.
+BATCH = 1000
+#: Creates of one move marker whose outcome stayed unknown, before giving up.
+COMMIT_ATTEMPTS = 3
 
 #: One id's objects: ``(name, modified)`` (``list`` is a method name in the store).
 Group = list[tuple[str, float | None]]
@@ -66,15 +83,16 @@ Names = list[str]
 class ObjectIO(ABC):
     """The requests an object store serves, for one queue prefix.
 
-    Every method is one request (a listing: one request per page) and counts
-    itself in :attr:`requests`. Names are single components of the queue.
+    Every method is one request (a listing: one request per page, a removal
+    one per batch) and counts itself in :attr:`requests`. Names are single
+    components of the queue. An ``OSError`` other than the documented ones
+    means the outcome is unknown: the request may or may not take effect, now
+    or later.
     """
 
     #: Short name of the protocol that makes creates exclusive, shown by
     #: :attr:`ObjectStore.protocol` (``"create-only"``, ``"gcs-generation"``).
-    exclusive_create_via: str = "create-only"
-    #: ``delete(name, tag=...)`` is honoured as a compare-and-delete.
-    conditional_delete: ClassVar[bool] = False
+    exclusive_create_via: ClassVar[str] = "create-only"
 
     url: str
 
@@ -94,44 +112,36 @@ class ObjectIO(ABC):
         """Whether the bucket (or root) that holds the queue exists."""
 
     @abstractmethod
-    def listing(self) -> Iterator[tuple[str, float | None]]:
-        """``(name, modified)`` of every object directly in the queue, ascending
-        by name; ``modified`` is the store's unix time of the last write, if known."""
+    def listing(self, prefix: str = "") -> Iterator[tuple[str, float | None]]:
+        """``(name, modified)`` of every object directly in the queue whose name
+        starts with ``prefix``, ascending by name; ``modified`` is the store's
+        unix time of the last write, if known."""
 
     @abstractmethod
     def get(self, name: str) -> bytes:
         """The object's bytes; ``FileNotFoundError`` if absent."""
 
     @abstractmethod
-    def create(self, name: str, data: bytes) -> str | None:
-        """Create-only put; ``FileExistsError`` if the name exists. Returns a tag."""
+    def exists(self, name: str) -> bool:
+        """Whether the object exists (a ``HEAD``)."""
 
     @abstractmethod
-    def copy(self, src: str, dst: str) -> str | None:
-        """Server-side copy (may replace ``dst``); ``FileNotFoundError`` if ``src``
-        is absent. Returns the tag of ``dst``."""
+    def create(self, name: str, data: bytes) -> None:
+        """Create-only put; ``FileExistsError`` if the name exists.
+
+        Sent once: the client library must not send it again after an error
+        (a retry could create the name again after it was deleted), and
+        :class:`UnsupportedStore` if the server does not implement exclusive
+        creates at all.
+        """
 
     @abstractmethod
-    def delete(self, name: str, tag: str | None = None) -> None:
-        """Delete; ``FileNotFoundError`` if absent (or, with ``tag`` on a store
-        with :attr:`conditional_delete`, if the object has another tag)."""
+    def copy(self, src: str, dst: str) -> None:
+        """Server-side copy (replaces ``dst``); ``FileNotFoundError`` if ``src`` is absent."""
 
+    @abstractmethod
     def remove(self, names: list[str]) -> list[str]:
-        """Delete every name, absent ones included; return those that failed."""
-        failed = []
-        for name in names:
-            try:
-                self.delete(name)
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                log.debug("%s: could not remove %s: %s", self.url, name, exc)
-                failed.append(name)
-        return failed
-
-    def probe_conditional_delete(self, name: str, tag: str | None) -> bool:
-        """Whether a delete with a wrong tag is refused (``name`` exists)."""
-        return False
+        """Delete every name (absent ones are no error); return those that failed."""
 
     def clock_offset(self) -> float | None:
         """The store's clock minus this host's, in seconds, if the store tells (one request)."""
@@ -158,9 +168,10 @@ class Capabilities:
     """What the probe found about one bucket of one endpoint."""
 
     exclusive_create: bool
-    conditional_delete: bool
     #: The store's clock minus this host's (seconds, about ±0.5 s), if the store tells.
     clock_offset: float | None
+    #: Why exclusive creates are not available, in the store's words.
+    refusal: str = ""
 
 
 _PROBED: dict[Hashable, Capabilities] = {}
@@ -171,7 +182,7 @@ class ObjectStore(Store):
     """One queue on an object store; see the module docstring.
 
     Listing is in key order (so FIFO comes from the listing itself) and a
-    listing may stop early: ``list()`` is lazy, page by page.
+    listing may stop early: ``list()`` is lazy, page by page. Thread-safe.
     """
 
     atomic_rename = True
@@ -179,24 +190,27 @@ class ObjectStore(Store):
     shared = True
     lists_in_order = True
     lost_claims_are_costly = True
+    unique_names = True
 
-    def __init__(self, io: ObjectIO) -> None:
+    def __init__(self, io: ObjectIO, *, clock: Callable[[], float] = time.time) -> None:
         self.io = io
         self.url = io.url
+        self._clock = clock
         self._lock = threading.Lock()
-        self._bodies: OrderedDict[str, bytes] = OrderedDict()
-        self._tags: OrderedDict[str, str | None] = OrderedDict()
-        self._spent: dict[str, None] = {}  # markers whose source is gone (ordered set)
-        self._uncertain: set[str] = set()  # names whose move failed after its marker
+        self._doomed: dict[str, None] = {}  # acknowledged names to delete (ordered set)
+        self._spent: dict[str, None] = {}  # markers and probes to delete
         self._repaired: list[str] = []  # crashed clients' leftovers repaired by listings
-        self._stale: set[str] = set()  # of those, spent markers not yet removed
         self._token = secrets.token_hex(8)
         self._attempts = count()
 
     # ---------------------------------------------------------------- probe
     @property
     def capabilities(self) -> Capabilities:
-        """The probe's findings, probed at the first call per bucket and process."""
+        """The probe's findings, probed at the first call per bucket and process.
+
+        Only a definite answer is kept; a probe that failed (the store was
+        unreachable) raises and runs again at the next open.
+        """
         with _PROBE_LOCK:
             known = _PROBED.get(self.io.probe_scope)
             if known is None:
@@ -205,19 +219,23 @@ class ObjectStore(Store):
 
     def _run_probe(self) -> Capabilities:
         name = f"{PROBE_PREFIX}{secrets.token_hex(8)}"
-        tag = self.io.create(name, b"1")
+        try:
+            self.io.create(name, b"1")
+        except UnsupportedStore as exc:
+            return Capabilities(False, None, str(exc))
         try:
             try:
                 self.io.create(name, b"2")
             except FileExistsError:
-                exclusive = True
+                exclusive, refusal = True, ""
+            except UnsupportedStore as exc:
+                exclusive, refusal = False, str(exc)
             else:
-                exclusive = False
-            conditional = self.io.conditional_delete and self.io.probe_conditional_delete(name, tag)
+                exclusive, refusal = False, "a create with If-None-Match replaced an object"
         finally:
             self.io.remove([name])
         if not exclusive:
-            log.warning("%s: this store overwrites on create: claims cannot be exclusive", self.url)
+            log.warning("%s: claims cannot be exclusive here: %s", self.url, refusal)
         offset = self.io.clock_offset()
         if offset is not None and abs(offset) > CLOCK_WARNING:
             log.warning(
@@ -226,18 +244,20 @@ class ObjectStore(Store):
                 self.url,
                 -offset,
             )
-        return Capabilities(exclusive, conditional, offset)
+        return Capabilities(exclusive, offset, refusal)
 
     def exclusive_claims(self) -> bool:
         return self.capabilities.exclusive_create
 
     @property
     def protocol(self) -> str:
-        """The strongest protocol the store supports, as probed (see ``docs/protocol.md``)."""
-        found = self.capabilities
-        if not found.exclusive_create:
-            return "none"
-        return "s3-conditional" if found.conditional_delete else self.io.exclusive_create_via
+        """The protocol the store supports, as probed (see ``docs/protocol.md``)."""
+        return self.io.exclusive_create_via if self.capabilities.exclusive_create else "none"
+
+    @property
+    def refusal(self) -> str:
+        """Why claims cannot be exclusive here, in the store's words ('' if they can)."""
+        return self.capabilities.refusal
 
     # ------------------------------------------------------------ container
     def ensure(self, create: bool) -> bool:
@@ -247,255 +267,305 @@ class ObjectStore(Store):
         return True
 
     def sibling(self, name: str) -> ObjectStore:
-        return ObjectStore(self.io.sibling(names.validate_queue_name(name)))
+        return ObjectStore(self.io.sibling(names.validate_queue_name(name)), clock=self._clock)
 
     def close(self) -> None:
-        spent = self._take_spent()
-        if spent:
-            try:
-                self.io.remove(spent)
-            except OSError as exc:  # listers collect them later
-                log.debug("%s: could not remove spent markers: %s", self.url, exc)
+        try:
+            self.flush()
+        except OSError as exc:  # listers collect them later
+            log.debug("%s: could not send deletions: %s", self.url, exc)
         self.io.close()
 
     # --------------------------------------------------------------- names
-    def list(self) -> Iterator[str]:
-        """Names of messages, in key order, without moved sources and markers.
+    def list(self, *, prefix: str = "", settle: bool = False) -> Iterator[str]:
+        """Names of messages, in key order, without hidden sources and markers.
 
-        Finishes moves whose client went away (see :meth:`_settle`).
+        Finishes moves whose client went away and collects leftovers; with
+        ``settle``, a message whose move is under way is listed under the name
+        it leaves. See :meth:`_settle`.
         """
+        if self._pending():
+            self._send_deletions([], quiet=True)
         group: Group = []
         group_id = ""
-        for name, modified in self.io.listing():
-            if name.startswith(PROBE_PREFIX) and _older(modified, FINISH_AFTER):
-                self._collect_stale(name)  # a probe whose client was killed mid-way
+        for name, modified in self.io.listing(prefix):
+            if name.startswith(PROBE_PREFIX):
+                if self._older(modified, FINISH_AFTER):  # a probe whose client was killed
+                    self._spend(name, repaired=True)
+                continue
             if name[: names.ID_LEN] != group_id:
-                yield from self._settle(group)
+                yield from self._settle(group, settle)
                 group, group_id = [], name[: names.ID_LEN]
             group.append((name, modified))
-        yield from self._settle(group)
+        yield from self._settle(group, settle)
 
-    def _settle(self, group: Group) -> Names:
-        """The live names of one id's objects (all of its keys are adjacent).
+    def _settle(self, group: Group, settle: bool) -> Names:
+        """The shown names of one id's objects (all of its keys are adjacent).
 
-        A source with a marker is hidden. Leftovers are repaired here, before
-        any name of the id is shown, so no name is ever claimable while an
-        older copy of its message exists:
-
-        * a marker whose source is gone is spent: collected once older than
-          ``FINISH_AFTER`` (a listing of several pages may miss a newer source);
-        * a marked source whose marker's target is listed was copied already:
-          deleted (then its marker);
-        * a marked source alone, marked more than ``FINISH_AFTER`` ago: its
-          move is finished (copy, delete); younger, the id is in transition
-          and nothing of it is shown yet.
+        * a marked source is hidden, and so is its marker's target while the
+          source exists;
+        * a marked source whose marker is older than ``FINISH_AFTER`` is
+          finished: copied to its target unless listed, then deleted; its
+          target is shown from then on. With ``settle``, a source still under
+          way is shown (for counting, not for claiming);
+        * a marker whose source is not listed is spent: once older than
+          ``FINISH_AFTER`` and its source confirmed gone, it is collected.
         """
-        markers = {
-            n[: -len(MOVED_SUFFIX)]: m
-            for n, m in group
-            if n.endswith(MOVED_SUFFIX) and _movable(n[: -len(MOVED_SUFFIX)])
-        }
-        if not markers:
-            return [n for n, _ in group]
-        marker_names = {source + MOVED_SUFFIX for source in markers}
         present = {n for n, _ in group}
-        shown = [n for n, _ in group if n not in markers and n not in marker_names]
-        live = [n for n in shown if _movable(n)]  # not foreign names that share the id
-        for source, modified in markers.items():
+        marked: dict[str, float | None] = {}
+        for name, modified in group:
+            if name.endswith(MOVED_SUFFIX) and names.parse(name[: -len(MOVED_SUFFIX)]):
+                marked[name[: -len(MOVED_SUFFIX)]] = modified
+        if not marked:
+            return [n for n, _ in group]
+        hidden = set(marked) | {source + MOVED_SUFFIX for source in marked}
+        others = [n for n in present if n not in hidden and names.parse(n) is not None]
+        finished: Names = []
+        for source, modified in marked.items():
             marker = source + MOVED_SUFFIX
-            old = _older(modified, FINISH_AFTER)
             if source not in present:
-                # Spent, unless the listing (pages taken at different times)
-                # missed a source created after its page: only old ones.
-                if old:
-                    self._collect_stale(marker)
-            elif live and self._marker_target(marker) in present:
-                if not self._finish(source, None):  # its copy exists: drop the source
-                    shown = []
-            else:
-                if old and not live:
-                    self._finish(source, self._marker_target(marker))
-                shown = []  # in transition: listed again next time
-        return shown
+                if self._older(modified, FINISH_AFTER):
+                    self._collect_spent(source, marker)
+                continue
+            old = self._older(modified, FINISH_AFTER)
+            if not (old or others):
+                continue  # nothing to hide besides the source: no need to read the marker
+            target = self._marker_target(marker, source)
+            if target is None:
+                continue
+            hidden.add(target)
+            if old and self._finish(source, target, copied=target in present) and target:
+                finished.append(target)
+        if settle:  # moves under way count under the name they leave
+            hidden -= {source for source in marked if source in present}
+        shown = [n for n, _ in group if n not in hidden]
+        return sorted(shown + finished) if finished else shown
 
-    def _marker_target(self, marker: str) -> str | None:
+    def _marker_target(self, marker: str, source: str) -> str | None:
+        """The target a marker names: a message name of the source's id, or ``''``
+        for a delete. ``None`` if the marker is gone or is not one of ours."""
         try:
             target = self.io.get(marker).decode("utf-8", "replace").partition("\n")[0]
         except FileNotFoundError:
             return None
-        return target if names.parse(target) is not None else None
+        if target == "" or (
+            names.parse(target) and target[: names.ID_LEN] == source[: names.ID_LEN]
+        ):
+            return target
+        log.warning("%s: %s is not a marker of vsqs; %s stays hidden", self.url, marker, source)
+        return None
 
-    def _finish(self, source: str, target: str | None) -> bool:
-        """Complete a move: copy ``source`` to ``target`` (if given), delete the
-        source. Returns whether the source is gone."""
+    def _finish(self, source: str, target: str, *, copied: bool) -> bool:
+        """Complete a committed move (or delete) of ``source``; whether it is gone now."""
         try:
-            if target is not None and target[: names.ID_LEN] == source[: names.ID_LEN]:
+            if target and not copied:
                 try:
                     self.io.copy(source, target)
-                    log.warning("%s: finished the move of %s to %s", self.url, source, target)
                 except FileNotFoundError:
-                    return True  # its owner finished it meanwhile
+                    return False  # its owner finished it meanwhile: the next listing shows it
             if self.io.remove([source]):
                 return False
         except OSError as exc:
-            log.warning("%s: could not repair %s: %s", self.url, source, exc)
+            log.warning("%s: could not finish the move of %s: %s", self.url, source, exc)
             return False
-        self._collect_stale(source + MOVED_SUFFIX)
+        log.warning("%s: finished the move of %s to %s", self.url, source, target or "nowhere")
         with self._lock:
             self._repaired.append(source)
+        self._spend(source + MOVED_SUFFIX, repaired=True)
         return True
 
-    def _collect_stale(self, name: str) -> None:
-        """Remove a crashed client's leftover with the next batch (or ``take_repairs``)."""
-        self._collect([name])
+    def _collect_spent(self, source: str, marker: str) -> None:
+        """Collect another client's spent marker, once its source is surely gone.
+
+        A listing of several pages may show a marker without a source that was
+        created after the source's page was read; a ``HEAD`` after the marker
+        was seen settles it (a marker is only ever made for a source that
+        exists, and names never recur).
+        """
         with self._lock:
-            self._stale.add(name)
+            if marker in self._spent:
+                return
+        try:
+            if self.io.exists(source):
+                return
+        except OSError:
+            return
+        self._spend(marker, repaired=True)
+
+    def _older(self, modified: float | None, seconds: float) -> bool:
+        """Whether an object last modified at ``modified`` (unix time) is older than ``seconds``."""
+        return modified is not None and self._clock() - modified > seconds
+
+    # ------------------------------------------------------- deletions
+    def _pending(self) -> bool:
+        with self._lock:
+            return bool(self._doomed or self._spent)
+
+    def _spend(self, name: str, *, repaired: bool = False) -> None:
+        """Delete ``name`` (a spent marker, a probe) with the next batch."""
+        with self._lock:
+            self._spent[name] = None
+            if repaired:
+                self._repaired.append(name)
+            full = len(self._doomed) + len(self._spent) >= BATCH
+        if full:
+            self._send_deletions([], quiet=True)
+
+    def _send_deletions(self, first: Names, *, quiet: bool = False) -> None:
+        """Delete ``first`` and what this client held back, in one batch.
+
+        An acknowledged name's marker is spent once the name is deleted, and
+        goes with the next batch (never with the name: a batch deletes in no
+        promised order). ``OSError`` if a name of ``first`` was not deleted.
+        """
+        with self._lock:
+            doomed, spent = list(self._doomed), list(self._spent)
+            self._doomed, self._spent = {}, {}
+        failed = (
+            set(self.io.remove([*first, *doomed, *spent])) if first or doomed or spent else set()
+        )
+        with self._lock:
+            for name in doomed:
+                if name in failed:
+                    self._doomed[name] = None
+                else:
+                    self._spent[name + MOVED_SUFFIX] = None
+            self._spent.update(dict.fromkeys(m for m in spent if m in failed))
+        lost = failed.intersection(first)
+        if lost and not quiet:
+            raise OSError(f"{self.url}: could not delete {sorted(lost)[0]}")
+        if failed:
+            log.debug("%s: %d deletions failed; retried with the next batch", self.url, len(failed))
+
+    def flush(self) -> None:
+        """Send every deletion held back (acknowledged names, then their markers)."""
+        for _ in range(3):
+            if not self._pending():
+                return
+            self._send_deletions([], quiet=True)
 
     def take_repairs(self) -> Names:
-        """Sources of moves listings finished, and leftovers they found (spent
-        markers, probes of killed clients), removed now."""
-        spent = self._take_spent()
-        failed = self.io.remove(spent) if spent else []
-        self._collect(failed)
+        """Leftovers of crashed clients that listings repaired (sources of moves
+        they finished, spent markers, probes), removed now."""
+        self.flush()
         with self._lock:
-            removed = sorted(self._stale.difference(self._spent))  # here or by a move since
-            self._stale.difference_update(removed)
-            repaired, self._repaired = self._repaired + removed, []
+            repaired, self._repaired = self._repaired, []
         return repaired
 
-    def _collect(self, markers: Iterable[str]) -> None:
-        with self._lock:
-            self._spent.update(dict.fromkeys(markers))
-
-    def _take_spent(self) -> Names:
-        with self._lock:
-            spent, self._spent = list(self._spent), {}
-        return spent
-
+    # ------------------------------------------------------- operations
     def read(self, name: str) -> bytes:
-        with self._lock:
-            body = self._bodies.pop(name, None)
-        if body is not None:
-            return body
         return self.io.get(name)
 
     def write_new(self, name: str, data: bytes, *, fsync: bool) -> None:
+        """Create ``name``; ``FileExistsError`` if it exists or may exist later.
+
+        A create whose outcome is unknown is resolved by reading the name: the
+        same bytes under a name with this process's 64-bit nonce are ours. If
+        the name is absent the create may still land later, so the name is
+        burned (``FileExistsError``): the caller publishes under a fresh one,
+        and a late landing is a duplicate, never a name that comes back.
+        """
         try:
             self.io.create(name, data)
         except FileExistsError:
-            # Our own create, retried after its response was lost? Names carry
-            # a 64-bit process nonce, so equal bytes under one are ours.
+            raise
+        except OSError as exc:
             try:
                 if self.io.get(name) == data:
                     return
             except FileNotFoundError:
                 pass
-            raise
+            raise FileExistsError(name) from exc
 
     def creates_atomically(self, fsync: bool) -> bool:
         return True  # a PUT is all or nothing
 
     def rename(self, src: str, dst: str) -> None:
         marker = src + MOVED_SUFFIX
-        self._create_marker(marker, self._claim(dst))
+        started = self._clock()
+        self._commit(marker, dst)  # FileNotFoundError: another client moved it
         try:
-            self._move(src, dst, marker)
-        except BaseException:
-            if _held(src):  # committed, outcome unknown: src is no plain receipt now
-                with self._lock:
-                    self._uncertain.add(src)
-            raise
+            self.io.copy(src, dst)
+        except FileNotFoundError:
+            self._spend(marker)
+            if self._clock() - started >= FINISH_AFTER / 2:
+                # A lister may have finished our own move while we stalled:
+                # the message may sit at ``dst`` (hidden until its expiry),
+                # and ``dst`` may since have moved on, so no read can tell.
+                raise OutcomeUnknown(f"{src}: the outcome of a slow move is unknown") from None
+            raise  # gone before our marker was made: another client moved it
+        self._send_deletions([src])  # OSError: the source stays hidden under its marker
+        self._spend(marker)
+
+    def delete(self, name: str, *, known: bool = False) -> None:
+        """Delete a message name, exclusively with every move of it.
+
+        The marker with an empty target commits the delete; then a ``HEAD``
+        tells whether the name was still there (a receipt that is no longer
+        current raises ``FileNotFoundError``, its marker spent): with our
+        marker in place nobody else can remove it, and a marker of a name that
+        is gone is spent for ever. Listers finish a delete only once its
+        marker is ``FINISH_AFTER`` old, so a ``HEAD`` that comes back later
+        than half of that raises :class:`OutcomeUnknown` rather
+        than a false "no longer current". The object itself goes with this
+        client's next batch. Unless the name is ``known`` (this client made or listed
+        it), a ``HEAD`` first keeps a name that does not exist (yet) from
+        getting a marker.
+        """
+        if not known and not self.io.exists(name):
+            raise FileNotFoundError(name)
+        if names.parse(name) is None:  # the config object: no claim races it
+            if self.io.remove([name]):
+                raise OSError(f"{self.url}: could not delete {name}")
+            return
+        marker = name + MOVED_SUFFIX
+        started = self._clock()
+        self._commit(marker, "")  # FileNotFoundError: moved by another
+        if not self.io.exists(name):
+            if self._clock() - started >= FINISH_AFTER / 2:
+                # Slow enough that a lister may have finished our own delete.
+                raise OutcomeUnknown(f"{name}: the outcome of a slow delete is unknown")
+            self._spend(marker)
+            raise FileNotFoundError(name)
+        with self._lock:
+            self._doomed[name] = None
+            full = len(self._doomed) + len(self._spent) >= BATCH
+        if full:
+            self._send_deletions([], quiet=True)
 
     def _claim(self, target: str) -> bytes:
         """A marker's content: the target ('' for a delete) and a token unique to
         this attempt (the pid keeps forked processes sharing a token apart)."""
         return f"{target}\n{self._token}-{os.getpid()}-{next(self._attempts)}".encode()
 
-    def _move(self, src: str, dst: str, marker: str) -> None:
-        """Steps 2-4 of a rename whose marker this client created."""
-        try:
-            body = self.io.get(src)
-        except FileNotFoundError:
-            # Its move finished before our marker was made (we were slow, and
-            # the marker was collected): we did not win anything.
-            self._collect([marker])
-            raise
-        try:
-            tag = self.io.copy(src, dst)
-        except FileNotFoundError:
-            # A finisher moved it for us, or the message moved on without us.
-            if not self._exists(dst):
-                raise
-            tag = None
-        spent = self._take_spent()
-        failed = self.io.remove([src, *spent])
-        self._collect(m for m in spent if m in failed)
-        if src in failed:
-            raise OSError(f"could not delete {src} after copying it to {dst}")
-        self._collect([marker])
-        with self._lock:
-            self._bodies[dst] = body
-            self._tags[dst] = tag
-            for cache in (self._bodies, self._tags):
-                if len(cache) > _REMEMBERED:
-                    cache.popitem(last=False)
-
-    def _create_marker(self, marker: str, claim: bytes) -> None:
+    def _commit(self, marker: str, target: str) -> None:
         """Create the move marker: the commit. ``FileNotFoundError`` if another won.
 
-        A create whose response was lost (an error after the request may have
-        succeeded, or an automatic retry that then met our own marker) is
-        resolved by reading the marker back: the token says whose it is.
+        A create whose outcome is unknown is resolved by reading the marker
+        back (the token says whose it is) and, if it is absent, by creating it
+        again with the same content: whichever attempt lands first wins, a
+        later one finds it.
         """
-        try:
-            self.io.create(marker, claim)
-            return
-        except FileExistsError:
-            pass
-        except OSError as exc:
+        claim = self._claim(target)
+        error: OSError | None = None
+        for _ in range(COMMIT_ATTEMPTS):
             try:
-                mine = self.io.get(marker) == claim
-            except FileNotFoundError:
-                raise exc from None  # the create did not happen: nothing to undo
-            if mine:
+                self.io.create(marker, claim)
                 return
-            raise FileNotFoundError(marker) from None
-        if self.io.get(marker) != claim:
+            except FileExistsError:
+                if error is None:
+                    raise FileNotFoundError(marker) from None  # another client's commit
+            except OSError as exc:
+                error = exc
+            try:
+                found = self.io.get(marker)
+            except FileNotFoundError:
+                continue  # no attempt landed (yet): try again
+            if found == claim:
+                return
             raise FileNotFoundError(marker)
-
-    def _exists(self, name: str) -> bool:
-        try:
-            self.io.get(name)
-        except FileNotFoundError:
-            return False
-        return True
-
-    def delete(self, name: str) -> None:
-        """Delete a message name, ordered with moves of it.
-
-        A receipt whose expiry is more than ``ACK_MARGIN`` away cannot be moved
-        by anyone else yet (hosts' clocks agree within that), so it is deleted
-        with one request. Otherwise (and for ready names, and a receipt whose
-        move by this client failed midway) the delete is a move to nowhere:
-        its marker makes it exclusive with claims of the same name.
-        """
-        with self._lock:
-            tag = self._tags.pop(name, None)
-            self._bodies.pop(name, None)
-            uncertain = name in self._uncertain
-            self._uncertain.discard(name)
-        parsed = names.parse(name)
-        # Hosts that pass the probe's clock check are within ACK_MARGIN of each
-        # other once this host's own measured offset is added.
-        margin = ACK_MARGIN + abs(self.capabilities.clock_offset or 0.0)
-        far = parsed is not None and (parsed.expiry_ms or 0) / 1000 - time.time() > margin
-        if not uncertain and (far or not _movable(name)):  # not movable: no claim races it
-            self.io.delete(name, tag)
-            return
-        marker = name + MOVED_SUFFIX
-        self._create_marker(marker, self._claim(""))  # FileNotFoundError: moved by another
-        self.io.delete(name, tag)  # FileNotFoundError: gone before our marker, or finished
-        self._collect([marker])
+        assert error is not None
+        raise error
 
     # -------------------------------------------------------------- changes
     def change_token(self) -> Hashable:
@@ -507,20 +577,3 @@ class ObjectStore(Store):
     def wait_for_change(self, token: Hashable, timeout: float) -> bool:
         time.sleep(max(0.0, min(timeout, POLL_INTERVAL)))
         return True
-
-
-def _older(modified: float | None, seconds: float) -> bool:
-    """Whether an object last modified at ``modified`` (unix time) is older than ``seconds``."""
-    return modified is not None and time.time() - modified > seconds
-
-
-def _held(name: str) -> bool:
-    """Whether ``name`` is an invisible message name: a receipt, or a delayed send."""
-    parsed = names.parse(name)
-    return parsed is not None and parsed.state == names.INVISIBLE
-
-
-def _movable(name: str) -> bool:
-    """Whether ``name`` is a message name that a move marker may hide."""
-    parsed = names.parse(name)
-    return parsed is not None and parsed.state != names.NEW

@@ -1,35 +1,85 @@
-"""S3 (and S3-compatible stores) through s3fs, with the conditions S3 honours.
+"""S3 (and S3-compatible stores) through s3fs.
 
 Requests go through ``S3FileSystem.call_s3`` so that their conditions reach
-the server: ``put_object(IfNoneMatch="*")`` is the exclusive create,
-``delete_object(IfMatch=etag)`` a compare-and-delete that also reports an absent
-key (a plain S3 DELETE of an absent key succeeds silently), and one
+the server: ``put_object(IfNoneMatch="*")`` is the exclusive create, and one
 ``delete_objects`` request removes up to 1 000 keys. Listings are read page by
 page (1 000 keys, in key order) so a receiver stops at the head of a backlog.
+
+botocore and s3fs retry a request whose response was lost or that the server
+refused with 5xx, and aiohttp re-sends an idempotent one once when a
+kept-alive connection breaks. That is safe for every request vsqs sends (a
+``GET``, ``HEAD``, ``LIST``, copy or delete of a name that never recurs), but
+not for a create: a create re-sent after the first one took effect and the
+message was consumed would create the message again. So a create's failed
+attempt is never re-sent: a ``needs-retry`` hook on the client turns it into
+:class:`CreateOutcomeUnknown`, which s3fs does not retry either, aiohttp's
+re-send is turned off on the client's sessions, and vsqs resolves the outcome
+itself (``docs/protocol.md``). A 412 is recognised by its status
+(Ceph RGW's carries no ``<Condition>``, so s3fs cannot tell it from other
+errors), and a server that does not implement conditional creates (501) is
+reported as :class:`vsqs.UnsupportedStore` in its own words.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+from ._errors import UnsupportedStore
 from ._store_fsspec import FsspecObjects
 
-#: An ETag no object has: a delete conditioned on it must be refused.
-_NO_SUCH_ETAG = '"00000000000000000000000000000000"'
+log = logging.getLogger("vsqs")
+
 _PAGE = 1000
+#: Statuses botocore retries (501 Not Implemented is final).
+_RETRIED = frozenset({408, 429, 500, 502, 503, 504})
+#: ``needs-retry`` hooks on one client are registered under this id once.
+_HOOK_ID = "vsqs-never-resend-a-create"
 
 
-def _precondition_failed(exc: BaseException) -> bool:
-    """Whether s3fs raised for an HTTP 412 (it maps some to ``OSError(EINVAL)``)."""
+class CreateOutcomeUnknown(ConnectionError):
+    """An exclusive create failed in a way that leaves its outcome unknown; not re-sent."""
+
+
+def _never_resend_a_create(
+    request_dict: dict[str, Any] | None = None,
+    response: tuple[Any, dict[str, Any]] | None = None,
+    caught_exception: BaseException | None = None,
+    **_: Any,
+) -> None:
+    """botocore's ``needs-retry`` event for ``PutObject``: stop its retries of a create."""
+    headers = (request_dict or {}).get("headers", {})
+    if headers.get("If-None-Match") != "*":
+        return
+    status = getattr(response[0], "status_code", 0) if response else 0
+    if caught_exception is not None or status in _RETRIED:
+        raise CreateOutcomeUnknown(f"a create failed ({caught_exception or status}); not re-sent")
+
+
+@functools.cache
+def _warn_once(message: str) -> None:
+    log.warning(
+        "%s: a create whose connection breaks may be sent twice, and a consumed "
+        "message come back (docs/protocol.md)",
+        message,
+    )
+
+
+def _status(exc: BaseException) -> tuple[int, str, str]:
+    """HTTP status, error code and message behind an error s3fs raised (0 if none)."""
     cause = exc.__cause__ or exc.__context__
     response = getattr(cause, "response", None)
-    code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
-    return code == "PreconditionFailed" or "pre-condition" in str(exc)
+    if not isinstance(response, dict):
+        return 0, "", ""
+    error = response.get("Error", {})
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+    return int(status or 0), str(error.get("Code", "")), str(error.get("Message", ""))
 
 
 @contextmanager
@@ -62,8 +112,6 @@ _ONE_GET = _one_get()
 class S3Objects(FsspecObjects):
     """A queue under ``bucket/prefix/name`` of an ``s3fs.S3FileSystem``."""
 
-    conditional_delete = True
-
     def __init__(self, fs: Any, root: str, url: str, **kwargs: Any) -> None:
         super().__init__(fs, root, url, **kwargs)
         self.bucket, _, prefix = self.root.partition("/")
@@ -89,12 +137,24 @@ class S3Objects(FsspecObjects):
             data: bytes = self.fs.cat_file(self._path(name), **_ONE_GET)
         return data
 
-    def listing(self) -> Iterator[tuple[str, float | None]]:
+    def exists(self, name: str) -> bool:
+        self.count("head")
+        try:
+            self._call("head_object", Key=self.prefix + name)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def listing(self, prefix: str = "") -> Iterator[tuple[str, float | None]]:
         token: dict[str, str] = {}
         while True:
             self.count("list")
             page = self._call(
-                "list_objects_v2", Prefix=self.prefix, Delimiter="/", MaxKeys=_PAGE, **token
+                "list_objects_v2",
+                Prefix=self.prefix + prefix,
+                Delimiter="/",
+                MaxKeys=_PAGE,
+                **token,
             )
             for entry in page.get("Contents", ()):
                 name = entry["Key"][len(self.prefix) :]
@@ -104,33 +164,52 @@ class S3Objects(FsspecObjects):
                 return
             token = {"ContinuationToken": page["NextContinuationToken"]}
 
-    def create(self, name: str, data: bytes) -> str | None:
-        self.count("put")
-        response = self._call("put_object", Key=self.prefix + name, Body=data, IfNoneMatch="*")
-        etag: str | None = response.get("ETag")
-        return etag
+    def _guard_creates(self) -> None:
+        """Keep the client stack from re-sending a create: botocore (a
+        ``needs-retry`` hook, once per client) and aiohttp, which re-sends an
+        idempotent request (a ``PUT``) once when a kept-alive connection breaks
+        (its own test client turns that off the same way)."""
+        from fsspec.asyn import sync
 
-    def copy(self, src: str, dst: str) -> str | None:
+        client = sync(self.fs.loop, self.fs.get_s3, self.bucket)
+        client.meta.events.register_first(
+            "needs-retry.s3.PutObject", _never_resend_a_create, unique_id=_HOOK_ID
+        )
+        http = getattr(getattr(client, "_endpoint", None), "http_session", None)
+        sessions = getattr(http, "_sessions", None)
+        if not isinstance(sessions, dict):
+            _warn_once(f"{self.url}: cannot keep aiohttp from re-sending a create")
+            return
+        for session in sessions.values():
+            if getattr(session, "_retry_connection", None) is None:
+                _warn_once(f"{self.url}: cannot keep aiohttp from re-sending a create")
+            session._retry_connection = False
+
+    def create(self, name: str, data: bytes) -> None:
+        self.count("put")
+        self._guard_creates()
+        try:
+            self._call("put_object", Key=self.prefix + name, Body=data, IfNoneMatch="*")
+        except CreateOutcomeUnknown:
+            raise
+        except OSError as exc:
+            status, code, message = _status(exc)
+            if status == 412 or isinstance(exc, FileExistsError):
+                raise FileExistsError(name) from None
+            if status == 501 or code == "NotImplemented":
+                raise UnsupportedStore(
+                    f"{self.url}: the store does not implement exclusive creates "
+                    f"(PUT with If-None-Match: *): {status} {code} {message}".rstrip()
+                ) from None
+            raise
+
+    def copy(self, src: str, dst: str) -> None:
         self.count("copy")
-        response = self._call(
+        self._call(
             "copy_object",
             Key=self.prefix + dst,
             CopySource={"Bucket": self.bucket, "Key": self.prefix + src},
         )
-        etag: str | None = response.get("CopyObjectResult", {}).get("ETag")
-        return etag
-
-    def delete(self, name: str, tag: str | None = None) -> None:
-        if tag is None:
-            self.count("head")
-            tag = self._call("head_object", Key=self.prefix + name)["ETag"]
-        self.count("delete")
-        try:
-            self._call("delete_object", Key=self.prefix + name, IfMatch=tag)
-        except OSError as exc:
-            if _precondition_failed(exc):
-                raise FileNotFoundError(name) from None  # replaced: not the object we knew
-            raise
 
     def remove(self, names: list[str]) -> list[str]:
         failed: list[str] = []
@@ -159,10 +238,3 @@ class S3Objects(FsspecObjects):
             return None
         # The header truncates to the second: the server's time was in [date, date + 1).
         return parsedate_to_datetime(date).timestamp() + 0.5 - (before + after) / 2
-
-    def probe_conditional_delete(self, name: str, tag: str | None) -> bool:
-        try:
-            self._call("delete_object", Key=self.prefix + name, IfMatch=_NO_SUCH_ETAG)
-        except OSError as exc:
-            return _precondition_failed(exc)
-        return False  # the condition was ignored and the probe object deleted

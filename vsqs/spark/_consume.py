@@ -36,6 +36,7 @@ def consume(
     wait: float = 0.0,
     max_batches: int | None = None,
     storage_options: dict[str, Any] | None = None,
+    unsafe_claims: bool = False,
 ) -> ConsumeReport:
     """Call ``process(df, batch_id)`` on batches of received messages until the queue is empty.
 
@@ -51,10 +52,13 @@ def consume(
     visibility timeout longer than a batch takes.
 
     Stops when a receive (waiting up to ``wait`` seconds) finds nothing, or
-    after ``max_batches`` batches.
+    after ``max_batches`` batches. ``unsafe_claims`` opens a store that cannot
+    make claims exclusive (see :class:`vsqs.Queue`).
     """
     batches = messages = expired = 0
-    with Queue(url, storage_options=storage_options, create=False) as queue:
+    with Queue(
+        url, storage_options=storage_options, create=False, unsafe_claims=unsafe_claims
+    ) as queue:
         while max_batches is None or batches < max_batches:
             got = queue.receive_batch(
                 max_messages, visibility_timeout=visibility_timeout, wait=wait

@@ -57,6 +57,8 @@ class Options:
     settle_seconds: float = 5.0
     delay: float = 0.0
     durable: bool = True
+    #: Write to a store that cannot make claims exclusive (``unsafeClaims``).
+    unsafe_claims: bool = False
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> Options:
@@ -79,6 +81,7 @@ class Options:
             settle_seconds=_seconds(options, "settleSeconds", 5.0),
             delay=_seconds(options, "delay", 0.0),
             durable=_choice(options, "durable", ("true", "false")) == "true",
+            unsafe_claims=_choice(options, "unsafeClaims", ("false", "true")) == "true",
         )
 
 

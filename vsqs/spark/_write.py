@@ -51,7 +51,11 @@ class QueueWriter(DataSourceWriter):
         self.options = options
         self.column = field.name
         # Make the queue (and its config) on the driver, before any task runs.
-        Queue(options.url, storage_options=options.storage_options).close()
+        Queue(
+            options.url,
+            storage_options=options.storage_options,
+            unsafe_claims=options.unsafe_claims,
+        ).close()
 
     def write(self, iterator: Iterator[Row]) -> Staged:
         store = open_existing(self.options)
@@ -108,4 +112,4 @@ class QueueWriter(DataSourceWriter):
 def _unstage(store: Store, staged: list[str]) -> None:
     for message_id in staged:
         with suppress(OSError):
-            store.delete(names.new_name(message_id))
+            store.delete(names.new_name(message_id), known=True)
