@@ -1,0 +1,1 @@
+"""A deterministic simulation of vsqs clients on one simulated object store."""

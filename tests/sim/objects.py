@@ -1,0 +1,143 @@
+"""``SimObjects``: vsqs's request adapter (``ObjectIO``) over a simulated bucket.
+
+Every method sends its requests through the scheduler, as the real adapters
+send them through s3fs or gcsfs, with the same client-side retries: a request
+whose response was lost, that timed out or was throttled is sent again (up to
+three attempts), except an exclusive create when ``retry_creates`` is off
+(vsqs's adapters never let the client library re-send one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any
+
+from vsqs._store_object import ObjectIO
+
+from .bucket import Status
+from .scheduler import Lost, Scheduler, Throttled, TimedOut
+
+ATTEMPTS = 3
+
+
+class SimObjects(ObjectIO):
+    """One queue (``prefix``) of a simulated bucket, for one client."""
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        prefix: str,
+        *,
+        scope: Hashable,
+        retry_creates: bool = False,
+        page: int = 4,
+    ) -> None:
+        super().__init__()
+        self.scheduler, self.bucket = scheduler, scheduler.bucket
+        self.prefix = prefix.rstrip("/") + "/"
+        self.url = f"sim://{self.prefix.rstrip('/')}"
+        self.scope, self.retry_creates, self.page = scope, retry_creates, page
+        if self.bucket.flavour == "gcs":
+            self.exclusive_create_via = "gcs-generation"  # type: ignore[misc]
+
+    @property
+    def probe_scope(self) -> Hashable:
+        return ("sim", self.scope)
+
+    def _key(self, name: str) -> str:
+        return self.prefix + name
+
+    def _request(self, what: str, effect: Callable[[], Any], *, retry: bool = True) -> Any:
+        self.count(what.split(" ", 1)[0])
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                return self.scheduler.call(what, effect)
+            except (Lost, TimedOut, Throttled):
+                if not retry or attempt == ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
+
+    def container_exists(self) -> bool:
+        return True
+
+    def listing(self, prefix: str = "") -> Iterator[tuple[str, float | None]]:
+        after, start = self.prefix, self.prefix + prefix
+        while True:
+            page, more = self._request(
+                f"list {self.prefix}", lambda a=after: self.bucket.list(start, a, self.page)
+            )
+            for key, modified in page:
+                yield key[len(self.prefix) :], modified
+            if not more or not page:
+                return
+            after = page[-1][0]
+
+    def get(self, name: str) -> bytes:
+        try:
+            return self._request(f"get {self._key(name)}", lambda: self.bucket.get(self._key(name)))  # type: ignore[no-any-return]
+        except Status as exc:
+            raise FileNotFoundError(name) from exc
+
+    def exists(self, name: str) -> bool:
+        try:
+            self._request(f"head {self._key(name)}", lambda: self.bucket.head(self._key(name)))
+        except Status:
+            return False
+        return True
+
+    def create(self, name: str, data: bytes) -> None:
+        key = self._key(name)
+        try:
+            self._request(
+                f"put {key}",
+                lambda: self.bucket.put(key, data, if_none_match=True),
+                retry=self.retry_creates,
+            )
+        except Status as exc:
+            raise FileExistsError(name) from exc
+
+    def copy(self, src: str, dst: str) -> None:
+        try:
+            self._request(
+                f"copy {self._key(src)} {dst}",
+                lambda: self.bucket.copy(self._key(src), self._key(dst)),
+            )
+        except Status as exc:
+            raise FileNotFoundError(src) from exc
+
+    def remove(self, names: list[str]) -> list[str]:
+        if not names:
+            return []
+        if self.bucket.flavour == "gcs":  # no batched delete: one request each
+            failed = []
+            for name in names:
+                try:
+                    self._request(
+                        f"delete {self._key(name)}", lambda n=name: self.bucket.delete(self._key(n))
+                    )
+                except Status:
+                    pass
+                except OSError:
+                    failed.append(name)
+            return failed
+        keys = [self._key(n) for n in names]
+        try:
+            self._request(f"deletes {keys}", lambda: self.bucket.delete_many(keys))
+        except OSError:
+            return list(names)
+        return []
+
+    def clock_offset(self) -> float | None:
+        actor = self.scheduler.current()
+        skew = actor.skew if actor is not None else 0.0
+        return -skew
+
+    def sibling(self, name: str) -> SimObjects:
+        parent = self.prefix.rstrip("/").rpartition("/")[0]
+        return SimObjects(
+            self.scheduler,
+            f"{parent}/{name}",
+            scope=self.scope,
+            retry_creates=self.retry_creates,
+            page=self.page,
+        )

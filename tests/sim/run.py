@@ -1,0 +1,220 @@
+"""One simulated schedule: set up, run, drain, judge. ``python -m tests.sim SEED`` replays one.
+
+A run is a pure function of its :class:`Plan` (seed, bucket flavour, faults
+and client mix): every random choice (the schedule, the clients' scripts,
+vsqs's own random skips, tokens and id nonces) comes from the seed, and every
+clock is the simulated bucket's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import random
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import vsqs
+from vsqs import _names as names
+from vsqs import _store_object
+from vsqs._store_object import ObjectStore
+
+from . import workload
+from .bucket import Bucket
+from .objects import SimObjects
+from .oracle import Drained, Verdict, judge
+from .scheduler import Faults, Scheduler
+
+SKEW = 0.02  # clients' clocks are within ±SKEW s of the bucket's
+
+
+@dataclass
+class Plan:
+    seed: int
+    flavour: str = "aws"
+    faults: Faults = field(default_factory=Faults)
+    producers: int = 2
+    consumers: int = 3
+    operators: int = 1
+    ops: int = 10
+    dead_letter: bool = True
+    #: The client library re-sends an exclusive create whose response was lost
+    #: (s3fs and gcsfs do, unless vsqs's adapters stop them).
+    retry_creates: bool = False
+    page: int = 4
+
+
+@dataclass
+class Report:
+    plan: Plan
+    verdict: Verdict
+    fingerprint: str
+    steps: int
+    requests: int
+    trace: list[str] = field(repr=False, default_factory=list)
+
+    def __str__(self) -> str:
+        head = (
+            f"seed {self.plan.seed} ({self.plan.flavour}): {self.steps} steps, "
+            f"{self.requests} requests, schedule {self.fingerprint}"
+        )
+        if self.verdict:
+            return f"{head}: ok"
+        return "\n  ".join(
+            [f"{head}: {len(self.verdict.violations)} violations", *self.verdict.violations[:20]]
+        )
+
+
+class _SeededSecrets:
+    """``secrets.token_hex`` from the plan's seed: ids and marker tokens replay."""
+
+    def __init__(self, seed: int) -> None:
+        self._rng = random.Random(seed ^ 0x5EC2E75)
+
+    def token_hex(self, nbytes: int = 32) -> str:
+        return self._rng.getrandbits(8 * nbytes).to_bytes(nbytes, "big").hex()
+
+
+@contextlib.contextmanager
+def _deterministic(seed: int) -> Iterator[None]:
+    state = random.getstate()
+    saved = {module: module.secrets for module in (names, _store_object)}  # type: ignore[attr-defined]
+    random.seed(seed)
+    seeded = _SeededSecrets(seed)
+    try:
+        for module in saved:
+            module.secrets = seeded  # type: ignore[attr-defined]
+        yield
+    finally:
+        random.setstate(state)
+        for module, original in saved.items():
+            module.secrets = original  # type: ignore[attr-defined]
+
+
+def _store(io: SimObjects, clock: Callable[[], float]) -> ObjectStore:
+    return ObjectStore(io, clock=clock)
+
+
+def run(plan: Plan) -> Report:
+    with _deterministic(plan.seed):
+        return _run(plan)
+
+
+def _run(plan: Plan) -> Report:
+    bucket = Bucket(plan.flavour)
+    scheduler = Scheduler(plan.seed, bucket, plan.faults)
+    scope = object()  # a probe of its own
+    prefix = f"bucket/run-{plan.seed}"
+    ios: list[SimObjects] = []
+
+    def io(name: str) -> SimObjects:
+        made = SimObjects(
+            scheduler,
+            f"{prefix}/{name}",
+            scope=scope,
+            retry_creates=plan.retry_creates,
+            page=plan.page,
+        )
+        ios.append(made)
+        return made
+
+    def opener(name: str, clock: Callable[[], float]) -> vsqs.Queue:
+        return vsqs.Queue(_store(io(name), clock), clock=clock, create=False)
+
+    setup_clock = scheduler.clock()
+    config: dict[str, Any] = {"visibility_timeout": 2.0}
+    if plan.dead_letter:
+        config |= {"max_receives": 1 + plan.seed % 2, "dead_letter": "dlq"}
+        vsqs.Queue(_store(io("dlq"), setup_clock), clock=setup_clock).close()
+    vsqs.Queue(_store(io("src"), setup_clock), clock=setup_clock, **config).close()
+
+    history = workload.History()
+    setup = workload.Setup(scheduler, opener, history, plan.dead_letter, _redrive)
+    scripts = random.Random(plan.seed ^ 0xC11E)
+    roles: list[tuple[str, Callable[..., None]]] = (
+        [("p", workload.producer)] * plan.producers
+        + [("c", workload.consumer)] * plan.consumers
+        + [("o", workload.operator)] * plan.operators
+    )
+    for i, (role, script) in enumerate(roles):
+        name = f"{role}{i}"
+        rng = random.Random(scripts.getrandbits(64))
+        skew = round(scripts.uniform(-SKEW, SKEW), 4)
+        scheduler.actor(
+            name,
+            lambda s=script, n=name, r=rng, k=skew: _exit_on_error(s, setup, n, r, plan.ops, k),
+            skew,
+        )
+    scheduler.run()
+
+    errors = [f"{a.name}: {type(a.error).__name__}: {a.error}" for a in scheduler.actors if a.error]
+    drained = _drain(scheduler, opener, plan.dead_letter)
+    leftovers = sorted(key for key in bucket.objects if not key.endswith("/" + names.CONFIG_NAME))
+    in_dlq = {k.rpartition("/")[2][: names.ID_LEN] for k in bucket.written if "/dlq/" in k}
+    in_src = {k.rpartition("/")[2][: names.ID_LEN] for k in bucket.written if "/src/" in k}
+    verdict = judge(
+        history.events,
+        drained,
+        leftovers,
+        errors,
+        tolerance=2 * SKEW + 0.002,
+        moved=in_dlq & in_src,
+    )
+    requests = sum(sum(i.requests.values()) for i in ios)
+    return Report(
+        plan, verdict, scheduler.fingerprint(), scheduler.steps, requests, scheduler.trace
+    )
+
+
+def _exit_on_error(script: Callable[..., None], *args: Any) -> None:
+    """A client whose queue cannot be opened (or closed) exits, as a process would."""
+    with contextlib.suppress(vsqs.VsqsError):
+        script(*args)
+
+
+def _redrive(dlq: vsqs.Queue, source: vsqs.Queue) -> int:
+    return vsqs.redrive(dlq, source)
+
+
+def _drain(
+    scheduler: Scheduler,
+    opener: Callable[[str, Callable[[], float]], vsqs.Queue],
+    dead_letter: bool,
+) -> list[Drained]:
+    """Long after the run, with no faults: repair, then receive and ack everything."""
+    scheduler.bucket.now += 7200
+    clock = scheduler.clock()
+    drained: list[Drained] = []
+    for queue in ("src", "dlq") if dead_letter else ("src",):
+        with opener(queue, clock) as q:
+            q.gc()
+            while batch := q.receive_batch(10, visibility_timeout=3600):
+                for message in batch:
+                    drained.append(Drained(queue, message.id, message.body, message.receive_count))
+                    message.delete()
+            q.gc()
+    return drained
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.sim", description=__doc__)
+    parser.add_argument("seeds", type=int, nargs="+")
+    parser.add_argument("--flavour", default="aws", choices=("aws", "ceph", "gcs"))
+    parser.add_argument("--retry-creates", action="store_true")
+    parser.add_argument("--trace", action="store_true", help="print the schedule")
+    args = parser.parse_args(argv)
+    failed = 0
+    for seed in args.seeds:
+        plan = Plan(seed, args.flavour, retry_creates=args.retry_creates)
+        report = run(plan)
+        if args.trace:
+            print("\n".join(report.trace))
+        print(report)
+        failed += not report.verdict
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,253 @@
+"""What the simulated clients do, and the history they leave for the oracle.
+
+Clients are producers, consumers and an operator, each with a random script
+drawn from its own seeded generator. Consumers act on what they hold as real
+users do: ack by ``Message`` or by bare receipt, extend (also back to an
+expiry their message had before), release, forget it, or race their own
+heartbeat (a second thread of the same ``Queue`` extends the receipt while the
+first acks it, as ``consume()`` and a user's heartbeat thread do). The
+operator runs ``gc``, ``stats``, ``peek``, ``purge``, ``redrive`` and
+reopens its queues. Every call is logged with the bucket's time before and
+after it and its outcome.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import vsqs
+from vsqs import _names as names
+
+from .scheduler import Scheduler
+
+#: Visibility timeouts and delays the clients choose from (seconds).
+TIMEOUTS = (1.0, 2.0, 3.0, 8.0, 30.0)
+DELAYS = (0.0, 0.5, 2.0)
+
+
+@dataclass
+class Event:
+    actor: str
+    op: str
+    start: float
+    end: float = math.inf  # a call cut short by its process's death never ends
+    ok: bool = False
+    error: str = ""
+    queue: str = ""
+    ids: list[str] = field(default_factory=list)
+    bodies: list[bytes] = field(default_factory=list)
+    receipt: str | None = None  # the receipt an operation used
+    receipts: list[str] = field(default_factory=list)  # receipts it returned
+    counts: list[int] = field(default_factory=list)
+    skew: float = 0.0
+    #: Seconds of visibility an extend or release asked for.
+    visibility: float = 0.0
+
+
+@dataclass
+class History:
+    events: list[Event] = field(default_factory=list)
+
+    def log(self, scheduler: Scheduler, actor: str, op: str, run: Callable[[Event], Any]) -> Any:
+        """Run one operation, recording it; a ``VsqsError`` is an outcome, not a failure."""
+        current = scheduler.current()
+        event = Event(actor, op, scheduler.now, skew=current.skew if current else 0.0)
+        self.events.append(event)
+        try:
+            result = run(event)
+        except vsqs.VsqsError as exc:
+            event.end, event.error = scheduler.now, type(exc).__name__
+            return None
+        event.end, event.ok = scheduler.now, True
+        return result
+
+
+@dataclass
+class Setup:
+    """How to open the simulated queues: ``opener(name, clock)`` returns a ``Queue``."""
+
+    scheduler: Scheduler
+    opener: Callable[[str, Callable[[], float]], vsqs.Queue]
+    history: History
+    dead_letter: bool
+    #: ``redrive(dlq, source)`` on two open queues.
+    redrive: Callable[[vsqs.Queue, vsqs.Queue], int]
+    bodies: int = 0
+
+    def body(self, actor: str) -> bytes:
+        self.bodies += 1
+        return f"{actor}:{self.bodies}".encode()
+
+
+def producer(setup: Setup, name: str, rng: random.Random, ops: int, skew: float) -> None:
+    clock = setup.scheduler.clock(skew)
+    log = setup.history.log
+    with setup.opener("src", clock) as q:
+        for _ in range(ops):
+            kind = rng.random()
+            if kind < 0.6:
+                body = setup.body(name)
+
+                def send(e: Event, b: bytes = body) -> None:
+                    e.queue, e.bodies = "src", [b]
+                    e.ids = [q.send(b)]
+
+                log(setup.scheduler, name, "send", send)
+            elif kind < 0.85:
+                bodies = [setup.body(name) for _ in range(rng.randint(2, 3))]
+
+                def send_batch(e: Event, bs: list[bytes] = bodies) -> None:
+                    e.queue, e.bodies = "src", bs
+                    e.ids = q.send_batch(bs)
+
+                log(setup.scheduler, name, "send_batch", send_batch)
+            else:
+                body, delay = setup.body(name), rng.choice(DELAYS[1:])
+
+                def send_later(e: Event, b: bytes = body, d: float = delay) -> None:
+                    e.queue, e.bodies = "src", [b]
+                    e.ids = [q.send(b, delay=d)]
+
+                log(setup.scheduler, name, "send", send_later)
+
+
+def consumer(
+    setup: Setup, name: str, rng: random.Random, ops: int, skew: float, queue: str = "src"
+) -> None:
+    scheduler, log = setup.scheduler, setup.history.log
+    clock = scheduler.clock(skew)
+    held: list[vsqs.Message] = []
+    lineage: dict[str, list[int]] = {}  # message id -> expiries its receipts had
+    with setup.opener(queue, clock) as q:
+        for _ in range(ops):
+            if held and rng.random() < 0.6:
+                message = held.pop(rng.randrange(len(held)))
+                kept = _settle(setup, name, rng, q, message, lineage, queue)
+                if kept is not None:
+                    held.append(kept)
+                continue
+            vt = rng.choice(TIMEOUTS)
+
+            def receive(e: Event, n: int = rng.randint(1, 3), vt: float = vt) -> list[vsqs.Message]:
+                e.queue = queue
+                got = q.receive_batch(n, visibility_timeout=vt)
+                e.ids = [m.id for m in got]
+                e.bodies = [m.body for m in got]
+                e.receipts = [m.receipt for m in got if m.receipt]
+                e.counts = [m.receive_count for m in got]
+                held.extend(got)
+                return got
+
+            for message in log(scheduler, name, "receive", receive) or ():
+                assert message.receipt is not None
+                lineage.setdefault(message.id, []).append(_expiry(message.receipt))
+
+
+def _expiry(receipt: str) -> int:
+    parsed = names.parse(receipt)
+    assert parsed is not None and parsed.expiry_ms is not None
+    return parsed.expiry_ms
+
+
+def _settle(
+    setup: Setup,
+    name: str,
+    rng: random.Random,
+    q: vsqs.Queue,
+    message: vsqs.Message,
+    lineage: dict[str, list[int]],
+    queue: str,
+) -> vsqs.Message | None:
+    """Act on one held message; return it (with its new receipt) if still held."""
+    scheduler, log = setup.scheduler, setup.history.log
+    receipt = message.receipt
+    assert receipt is not None
+    me = scheduler.current()
+    assert me is not None
+    clock = scheduler.clock(me.skew)
+    action = rng.random()
+
+    def record(e: Event, op: Callable[[], Any], visibility: float = 0.0) -> Any:
+        e.queue, e.ids, e.receipt, e.visibility = queue, [message.id], receipt, visibility
+        out = op()
+        if isinstance(out, vsqs.Message) and out.receipt:
+            e.receipts = [out.receipt]
+            lineage.setdefault(message.id, []).append(_expiry(out.receipt))
+        return out
+
+    def extend(vt: float, by_receipt: bool) -> vsqs.Message | None:
+        target: vsqs.Message | str = receipt if by_receipt else message
+        kept = log(scheduler, name, "extend", lambda e: record(e, lambda: q.extend(target, vt), vt))
+        return kept if isinstance(kept, vsqs.Message) else None
+
+    if action < 0.25:
+        log(scheduler, name, "delete", lambda e: record(e, lambda: q.delete(message)))
+    elif action < 0.4:
+        log(scheduler, name, "delete", lambda e: record(e, lambda: q.delete(receipt)))
+    elif action < 0.52:
+        return extend(rng.choice(TIMEOUTS), by_receipt=False)
+    elif action < 0.58:
+        return extend(rng.choice(TIMEOUTS), by_receipt=True)
+    elif action < 0.65:
+        delay = rng.choice(DELAYS)
+        log(
+            scheduler, name, "release", lambda e: record(e, lambda: q.release(message, delay=delay))
+        )
+    elif action < 0.77:
+        # Back to an expiry this message's receipts had before (a caller that
+        # computes visibility from a deadline can land on one).
+        now_ms = int(clock() * 1000)  # the expiry is computed on the client's clock
+        earlier = [x for x in lineage.get(message.id, []) if x > now_ms]
+        if earlier:
+            return extend((rng.choice(earlier) - now_ms) / 1000, by_receipt=True)
+        return message
+    elif action < 0.9:
+        # The heartbeat race: another thread of this client extends the same
+        # receipt while this one acks it.
+        twin, vt = f"{name}-heartbeat", rng.choice(TIMEOUTS)
+        heartbeat = scheduler.actor(
+            twin,
+            lambda: log(
+                scheduler, twin, "extend", lambda e: record(e, lambda: q.extend(receipt, vt))
+            ),
+            skew=me.skew,
+            process=me.process,
+        )
+        log(scheduler, name, "delete", lambda e: record(e, lambda: q.delete(receipt)))
+        scheduler.join(heartbeat)  # one thread of a Queue may not wait on another's lock
+    # else: forget it; it comes back after its visibility timeout
+    return None
+
+
+def operator(setup: Setup, name: str, rng: random.Random, ops: int, skew: float) -> None:
+    scheduler, log = setup.scheduler, setup.history.log
+    clock = scheduler.clock(skew)
+    queues = [setup.opener("src", clock)]  # the current one last: reopened now and then
+    try:
+        for _ in range(ops):
+            q, kind = queues[-1], rng.random()
+            if kind < 0.3:
+                log(scheduler, name, "gc", lambda e, q=q: q.gc())
+            elif kind < 0.5:
+                log(scheduler, name, "stats", lambda e, q=q: q.stats())
+            elif kind < 0.65:
+                log(scheduler, name, "peek", lambda e, q=q: q.peek(3))
+            elif kind < 0.75:
+                q.close()
+                queues.append(setup.opener("src", clock))
+            elif kind < 0.82:
+                log(scheduler, name, "purge", lambda e, q=q: q.purge())
+            elif setup.dead_letter:
+                with setup.opener("dlq", clock) as dlq:
+
+                    def redrive(e: Event, dlq: vsqs.Queue = dlq, q: vsqs.Queue = q) -> int:
+                        e.queue = "dlq"
+                        return setup.redrive(dlq, q)
+
+                    log(scheduler, name, "redrive", redrive)
+    finally:
+        queues[-1].close()
