@@ -1,20 +1,22 @@
-"""S3 benchmarks on a moto server: requests per message, and throughput against raw requests.
+"""Object-store benchmarks: requests per message by store, and throughput against raw requests.
 
-Starts a moto S3 server on 127.0.0.1 (an OS-chosen port) in a subprocess and
-measures, in the same run:
+Starts a moto S3 server on 127.0.0.1 (an OS-chosen port) in a subprocess, and,
+where they are installed, a single-node Ceph RGW (``.ci/install-ceph``) and
+fake-gcs-server, and measures, in the same run:
 
-* the requests each operation makes, counted by vsqs's request adapter: send,
-  receive (claim + body), delete, and the listings per receive on a small and
-  a large backlog (they must not grow with the backlog);
-* vsqs's throughput (send; receive + delete with one consumer; four and
-  eight consumer processes, with their requests per message) against a raw
-  loop of the same requests through the same s3fs client with no queue
-  logic (``put_object`` for a send; ``put_object``, ``cat_file``,
-  ``copy_object``, ``delete_objects``, ``delete_object`` for a receive +
-  delete). moto is slow and single-process, so only the ratios
-  mean anything; real S3 is bound by its round-trip time instead.
+* per store (and so per protocol the probe picks), the requests each
+  operation makes, counted by vsqs's request adapter: send, receive (claim +
+  body), ack, and the listings per receive on a small and a large backlog
+  (they must not grow with the backlog); and the steady state: every request
+  of sending, receiving in batches of 10 and acking N messages, the batched
+  deletions of acked objects and spent markers included, per message;
+* on moto, vsqs's throughput (send; receive + delete with one consumer; four
+  and eight consumer processes, with their requests per message) against a
+  raw loop of the same requests through the same s3fs client with no queue
+  logic. moto is slow and single-process, so only the ratios mean anything;
+  real S3 is bound by its round-trip time instead.
 
-    python benchmarks/bench_s3.py            # default sizes, about a minute
+    python benchmarks/bench_s3.py            # default sizes, a few minutes
     python benchmarks/bench_s3.py --quick    # small sizes
     python benchmarks/bench_s3.py --json figures.json
 """
@@ -25,9 +27,11 @@ import argparse
 import json
 import multiprocessing
 import sys
+import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,14 +39,16 @@ import vsqs
 from vsqs._store_object import ObjectStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests._ceph_rgw import ceph_available, ceph_rgw
 from tests._moto_server import moto_s3
+from tests.servers import fake_gcs
 
 BODY = b"x" * 100
 ctx = multiprocessing.get_context("spawn")
 
 
-def fresh_url() -> str:
-    return f"s3://bench/{uuid.uuid4().hex[:8]}/q"
+def fresh_url(root: str = "s3://bench") -> str:
+    return f"{root}/{uuid.uuid4().hex[:8]}/q"
 
 
 def requests_of(q: vsqs.Queue) -> Counter[str]:
@@ -51,9 +57,10 @@ def requests_of(q: vsqs.Queue) -> Counter[str]:
     return store.io.requests
 
 
-def count_requests(options: dict[str, Any], backlog: int) -> dict[str, Any]:
+def count_requests(root: str, options: dict[str, Any], backlog: int) -> dict[str, Any]:
     """Requests of each operation once the receiver has its candidates."""
-    with vsqs.Queue(fresh_url(), storage_options=options) as q:
+    with vsqs.Queue(fresh_url(root), storage_options=options) as q:
+        protocol = q.protocol
         q.send_batch([BODY] * backlog)
         counts = requests_of(q)
         counts.clear()
@@ -73,12 +80,33 @@ def count_requests(options: dict[str, Any], backlog: int) -> dict[str, Any]:
         delete = dict(counts)
     lifecycle = sum(send.values()) + sum(receive.values()) + sum(delete.values())
     return {
+        "protocol": protocol,
         "backlog": backlog,
         "send": send,
         "first_receive": first_receive,
         "receive": receive,
         "delete": delete,
         "lifecycle": lifecycle,
+    }
+
+
+def steady_requests(root: str, options: dict[str, Any], count: int) -> dict[str, float]:
+    """Requests per message of sending ``count`` one by one, receiving them in
+    batches of 10 and acking each, until the queue is closed (which sends what
+    deletions it held back): everything a message costs, listings included."""
+    with vsqs.Queue(fresh_url(root), storage_options=options) as q:
+        counts = requests_of(q)
+        counts.clear()
+        for _ in range(count):
+            q.send(BODY)
+        done = 0
+        while msgs := q.receive_batch(10):
+            for msg in msgs:
+                msg.delete()
+            done += len(msgs)
+        assert done == count
+    return {kind: n / count for kind, n in sorted(counts.items())} | {
+        "total": sum(counts.values()) / count
     }
 
 
@@ -99,11 +127,18 @@ def raw_lifecycle(options: dict[str, Any], count: int) -> tuple[float, float]:
     start = time.perf_counter()
     for i in range(count):
         key = f"{prefix}/{i:08d}"
-        call("put_object", Key=key + ".moved", Body=b"marker", IfNoneMatch="*")
-        fs.cat_file(f"bench/{key}")  # how vsqs reads a body
+        call("put_object", Key=key + ".moved", Body=b"marker", IfNoneMatch="*")  # claim
         call("copy_object", Key=key + ".h", CopySource={"Bucket": "bench", "Key": key})
-        call("delete_objects", Delete={"Objects": [{"Key": key}, {"Key": key + ".moved"}]})
-        call("delete_object", Key=key + ".h")
+        call("delete_objects", Delete={"Objects": [{"Key": key}]})
+        fs.cat_file(f"bench/{key}.h")  # how vsqs reads a body
+        call("put_object", Key=key + ".h.moved", Body=b"", IfNoneMatch="*")  # ack
+        call("head_object", Key=key + ".h")
+        call(
+            "delete_objects",  # the batch that carries the deletions (amortized in vsqs)
+            Delete={
+                "Objects": [{"Key": k} for k in (key + ".h", key + ".moved", key + ".h.moved")]
+            },
+        )
     receive = (time.perf_counter() - start) / count * 1e6
     return send, receive
 
@@ -162,6 +197,17 @@ def consumers(options: dict[str, Any], count: int, processes: int) -> tuple[floa
     return elapsed / count * 1e6, requests.value / count
 
 
+def stores(tmp: str) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """``(name, root URL, storage options)`` of every store this machine can run."""
+    with moto_s3("bench") as options:
+        yield "S3 (moto)", "s3://bench", options
+    if ceph_available():
+        with ceph_rgw("bench") as options:
+            yield "S3 (Ceph RGW)", "s3://bench", options
+    with fake_gcs("bench", tmp) as options:
+        yield "GCS (fake-gcs-server)", "gs://bench", options
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -170,41 +216,43 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")
     args = parser.parse_args(argv)
     count = 200 if args.quick else 1000
-    with moto_s3("bench") as options:  # the test suite's launcher
-        small = count_requests(options, 10)
-        large = count_requests(options, 200 if args.quick else 3000)
-        raw_send, raw_receive = raw_lifecycle(options, count)
-        send, receive = vsqs_lifecycle(options, count)
-        four, four_requests = consumers(options, count, 4)
-        eight, eight_requests = consumers(options, count, 8)
-    figures = {
-        "requests_small_backlog": small,
-        "requests_large_backlog": large,
-        "send_us": send,
-        "raw_send_us": raw_send,
-        "receive_delete_us": receive,
-        "raw_receive_delete_us": raw_receive,
-        "four_consumers_us": four,
-        "four_consumers_requests": four_requests,
-        "eight_consumers_us": eight,
-        "eight_consumers_requests": eight_requests,
-    }
-    print(f"requests per operation (backlog {small['backlog']} / {large['backlog']}):")
-    for op in ("send", "first_receive", "receive", "delete"):
-        print(f"  {op:14} {small[op]}  /  {large[op]}")
-    print(f"  lifecycle      {small['lifecycle']}  /  {large['lifecycle']} requests per message")
-    print(
-        f"send             {send:8.0f} µs/msg   raw {raw_send:8.0f}   ratio {send / raw_send:.2f}"
-    )
-    print(
-        f"receive+delete   {receive:8.0f} µs/msg   raw {raw_receive:8.0f}   "
-        f"ratio {receive / raw_receive:.2f}"
-    )
-    for n, us, reqs in ((4, four, four_requests), (8, eight, eight_requests)):
-        print(
-            f"{n} consumers      {us:8.0f} µs/msg   ({1e6 / us:.0f} msg/s, "
-            f"{reqs:.1f} requests per received + deleted message)"
-        )
+    figures: dict[str, Any] = {"stores": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, root, options in stores(tmp):
+            small = count_requests(root, options, 10)
+            large = count_requests(root, options, 200 if args.quick else 3000)
+            steady = steady_requests(root, options, 100 if args.quick else 300)
+            figures["stores"][name] = {"small": small, "large": large, "steady": steady}
+            print(f"{name}, protocol {small['protocol']}: requests per operation (backlog "
+                  f"{small['backlog']} / {large['backlog']})")  # fmt: skip
+            for op in ("send", "first_receive", "receive", "delete"):
+                print(f"  {op:14} {small[op]}  /  {large[op]}")
+            print(f"  lifecycle      {small['lifecycle']}  /  {large['lifecycle']}")
+            kinds = ", ".join(f"{k} {v:.2f}" for k, v in steady.items() if k != "total")
+            print(f"  steady state   {steady['total']:.2f} requests per message ({kinds})")
+            if name != "S3 (moto)":
+                continue
+            raw_send, raw_receive = raw_lifecycle(options, count)
+            send, receive = vsqs_lifecycle(options, count)
+            four, four_requests = consumers(options, count, 4)
+            eight, eight_requests = consumers(options, count, 8)
+            figures |= {
+                "send_us": send,
+                "raw_send_us": raw_send,
+                "receive_delete_us": receive,
+                "raw_receive_delete_us": raw_receive,
+                "four_consumers_us": four,
+                "four_consumers_requests": four_requests,
+                "eight_consumers_us": eight,
+                "eight_consumers_requests": eight_requests,
+            }
+            print(f"  send           {send:8.0f} µs/msg   raw {raw_send:8.0f}   "
+                  f"ratio {send / raw_send:.2f}")  # fmt: skip
+            print(f"  receive+delete {receive:8.0f} µs/msg   raw {raw_receive:8.0f}   "
+                  f"ratio {receive / raw_receive:.2f}")  # fmt: skip
+            for n, us, reqs in ((4, four, four_requests), (8, eight, eight_requests)):
+                print(f"  {n} consumers    {us:8.0f} µs/msg   ({1e6 / us:.0f} msg/s, "
+                      f"{reqs:.1f} requests per received + deleted message)")  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1) + "\n")
     return 0
