@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import vsqs
+from vsqs._receiver import STALE_AFTER, YOUNG_MS
 
 BODY = b"x" * 100
 ctx = multiprocessing.get_context("spawn")
@@ -184,7 +185,7 @@ def fill(queues: list[vsqs.Queue], count: int) -> None:
     for queue in queues:
         for start in range(0, count, 1000):
             queue.send_batch([BODY] * min(1000, count - start))
-    time.sleep(max(vsqs._queue.YOUNG_MS / 1000, vsqs._queue.STALE_AFTER) + 0.1)
+    time.sleep(max(YOUNG_MS / 1000, STALE_AFTER) + 0.1)
 
 
 def vsqs_drain(paths: list[Path], count: int) -> float:

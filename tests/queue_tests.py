@@ -311,7 +311,7 @@ class QueueTests:
             calls: list[tuple[int, int | None]] = []
             assert q.purge(progress=lambda done, total: calls.append((done, total))) == 3
             assert calls == [(1, 3), (2, 3), (3, 3)]
-            stale = names.new_name(q._next_id())
+            stale = names.new_name(names.MsClock(clock).next_id())
             store.write_new(stale, b"half written", fsync=False)
             clock.advance(61)
             calls.clear()

@@ -479,8 +479,8 @@ def test_the_offset_to_the_stores_clock_is_warned_about_and_never_corrects_an_ex
         caplog.at_level(logging.WARNING, logger="vsqs"),
         vsqs.Queue(url, storage_options=s3_server.storage_options, clock=host) as q,
     ):
-        assert isinstance(q._store, ObjectStore)
-        offset = q._store.capabilities.clock_offset
+        assert isinstance(q.store, ObjectStore)
+        offset = q.store.capabilities.clock_offset
         assert offset is not None and 29 < offset < 32
         assert re.search(r"this host's clock is -(29|30|31)\.\d s off the store's", caplog.text)
         q.send(b"m")

@@ -201,11 +201,11 @@ def dead_letter(healthy: vsqs.Queue, crashing: vsqs.Queue, expect: Expect) -> No
 
 
 def redrive(healthy: vsqs.Queue, crashing: vsqs.Queue, expect: Expect) -> None:
-    dlq = healthy._store.sibling("dlq")
+    dlq = healthy.store.sibling("dlq")
     with vsqs.Queue(dlq) as dead:
         expect.survive.update(dead.send_batch([BODY] * 2))
     # On the test's clock, so every run sends the same requests.
-    with vsqs.Queue(crashing._store.sibling("dlq"), clock=crashing._clock) as source:
+    with vsqs.Queue(crashing.store.sibling("dlq"), clock=crashing.clock) as source:
         vsqs.redrive(source, crashing)
 
 

@@ -523,7 +523,7 @@ def test_a_non_file_named_like_a_message_arriving_while_a_receiver_watches_is_ig
     (outside / "secret").write_bytes(b"SECRET")
     with vsqs.Queue(tmp_path / "q") as q:
         assert q.receive(wait=0) is None  # the receiver watches from here on
-        if q._store.changes(len(names.IdGenerator().next_id(0))) is None:  # type: ignore[attr-defined]
+        if q.store.changes(len(names.IdGenerator().next_id(0))) is None:  # type: ignore[attr-defined]
             pytest.skip("no inotify feed on this filesystem")
         planted = tmp_path / "q" / names.IdGenerator().next_id(OLD_MS)
         plant(kind, planted, outside, tmp_path / "q")

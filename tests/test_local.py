@@ -10,6 +10,7 @@ import pytest
 
 import vsqs
 from vsqs import _names as names
+from vsqs._receiver import YOUNG_MS
 
 from .queue_tests import QueueTests
 
@@ -152,7 +153,7 @@ def start_feed(consumer: vsqs.Queue, producer: vsqs.Queue) -> None:
     msg = consumer.receive(wait=5)
     assert msg is not None and msg.body == b"wake"
     msg.delete()
-    assert consumer._store._feed is not None  # type: ignore[attr-defined]
+    assert consumer.store._feed is not None  # type: ignore[attr-defined]
 
 
 def test_a_receiver_learns_new_messages_from_the_feed_without_listing(tmp_path: Path) -> None:
@@ -172,7 +173,7 @@ def test_the_first_listing_drains_a_backlog_without_a_feed(tmp_path: Path) -> No
     store = CountingStore(str(tmp_path / "q"))
     with vsqs.Queue(store.path) as producer, vsqs.Queue(store) as consumer:
         sent = producer.send_batch([b"x"] * 10)
-        time.sleep(vsqs._queue.YOUNG_MS / 1000)
+        time.sleep(YOUNG_MS / 1000)
         assert [m.id for m in consumer.receive_batch(10)] == sent
         assert store._feed is None
 
@@ -220,14 +221,14 @@ def test_a_feed_overflow_loses_no_message_and_keeps_fifo(tmp_path: Path) -> None
 def test_a_forked_child_watches_with_its_own_feed(tmp_path: Path) -> None:
     with vsqs.Queue(tmp_path / "q") as consumer, vsqs.Queue(tmp_path / "q") as producer:
         start_feed(consumer, producer)
-        parent_feed = consumer._store._feed  # type: ignore[attr-defined]
+        parent_feed = consumer.store._feed  # type: ignore[attr-defined]
         pid = os.fork()
         if pid == 0:  # the child: a message sent before its own watch existed
             ok = False
             try:
                 producer.send(b"child")
                 msg = consumer.receive(wait=0.5)  # less than STALE_AFTER: no timed re-listing
-                feed = consumer._store._feed  # type: ignore[attr-defined]
+                feed = consumer.store._feed  # type: ignore[attr-defined]
                 ok = msg is not None and msg.body == b"child" and feed not in (None, parent_feed)
             finally:
                 os._exit(0 if ok else 1)
@@ -236,7 +237,7 @@ def test_a_forked_child_watches_with_its_own_feed(tmp_path: Path) -> None:
         producer.send(b"parent")  # the parent's feed still reports arrivals
         msg = consumer.receive(wait=0.5)
         assert msg is not None and msg.body == b"parent"
-        assert consumer._store._feed is parent_feed  # type: ignore[attr-defined]
+        assert consumer.store._feed is parent_feed  # type: ignore[attr-defined]
 
 
 def test_dropped_feeds_free_their_inotify_instances(tmp_path: Path) -> None:
@@ -264,15 +265,6 @@ def test_list_queues_skips_what_is_not_a_queue(tmp_path: Path) -> None:
         vsqs.list_queues(tmp_path / "missing")
 
 
-def test_lost_claims_spread_receivers_as_documented() -> None:
-    """docs/format.md: from the second loss in a row (the first where a loss
-    costs requests, skipping up to 31 names), twice as far per loss, up to 64."""
-    from vsqs._queue import skip_bound
-
-    assert [skip_bound(n, costly=False) for n in (1, 2, 3, 7, 8)] == [1, 2, 4, 64, 64]
-    assert [skip_bound(n, costly=True) for n in (1, 2, 3)] == [32, 64, 64]
-
-
 def test_environment_defaults_yield_to_arguments_and_the_queue_config(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -281,13 +273,13 @@ def test_environment_defaults_yield_to_arguments_and_the_queue_config(
     monkeypatch.setenv("VSQS_NEW_GRACE", "0")
     with vsqs.Queue(tmp_path / "q") as q:
         assert q.durable is False and q.config.visibility_timeout == 7
-        stale = names.new_name(q._next_id())
+        stale = names.new_name(names.MsClock(time.time).next_id())
         (tmp_path / "q" / stale).write_bytes(b"just written")
         time.sleep(0.01)
         assert q.gc() == [stale]  # no grace at all
     with vsqs.Queue(tmp_path / "q", durable=True, new_grace=60) as q:
         assert q.durable is True
-        fresh = names.new_name(q._next_id())
+        fresh = names.new_name(names.MsClock(time.time).next_id())
         (tmp_path / "q" / fresh).write_bytes(b"being written")
         assert q.gc() == []
     monkeypatch.setenv("VSQS_VISIBILITY_TIMEOUT", "99")  # only for queues created now

@@ -26,15 +26,3 @@ def test_memory_stores_are_per_instance() -> None:
 def test_memory_store_refuses_pickling() -> None:
     with pytest.raises(TypeError):
         pickle.dumps(vsqs.MemoryStore())
-
-
-def test_receiver_memory_stays_bounded_while_draining() -> None:
-    """The expiry heap drops entries of deleted messages (it once kept them all)."""
-    with vsqs.Queue(vsqs.MemoryStore("q"), clock=lambda: 4e9) as q:
-        q.send_batch([b"x"] * 5000)
-        for _ in range(5000):
-            msg = q.receive()
-            assert msg is not None
-            msg.delete()
-        assert len(q._candidates.pending) == 0
-        assert len(q._candidates.heap) <= 1024

@@ -88,7 +88,7 @@ def test_a_store_without_exclusive_create_is_refused_unless_opted_in() -> None:
         vsqs.Queue(url)
     assert "--unsafe-claims" in str(refused.value) and "unsafeClaims" in str(refused.value)
     with vsqs.Queue(url, unsafe_claims=True) as q:
-        assert isinstance(q._store, ObjectStore) and q._store.protocol == "none"
+        assert isinstance(q.store, ObjectStore) and q.store.protocol == "none"
         q.send(b"x")
         msg = q.receive()
         assert msg is not None and msg.body == b"x"

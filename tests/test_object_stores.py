@@ -83,6 +83,6 @@ def test_eight_racing_consumer_processes_on_s3(tmp_path: Path, s3_server: Server
     released = sum(c["action"] == "release" and c["ok"] for c in claims)
     assert released > 0 and len(claims) == len(sent) + released
     with _workers.open_queue(target) as q:
-        assert isinstance(q._store, ObjectStore)
-        raw = [name for name, _ in q._store.io.listing()]
+        assert isinstance(q.store, ObjectStore)
+        raw = [name for name, _ in q.store.io.listing()]
     assert raw == [names.CONFIG_NAME], f"markers or sources left behind: {raw[:5]}"

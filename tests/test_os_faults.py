@@ -183,7 +183,7 @@ def test_errors_name_the_cause_and_map_to_the_builtin_kinds(
     tmp_path: Path, injector: Injector
 ) -> None:
     with vsqs.Queue(FaultyLocalStore(str(tmp_path / "q"))) as q:
-        q._store.injector = injector  # type: ignore[attr-defined]
+        q.store.injector = injector  # type: ignore[attr-defined]
         for err, kind in [
             (errno.ENOSPC, vsqs.StorageError),
             (errno.EIO, vsqs.StorageError),

@@ -38,7 +38,7 @@ import pytest
 
 import vsqs
 from vsqs import _names as names
-from vsqs import _queue
+from vsqs._receiver import YOUNG_MS
 
 from . import _workers
 
@@ -97,7 +97,7 @@ def queue_files(path: Path) -> set[str]:
 
 def names_young_s() -> float:
     """Long enough for freshly sent messages to be claimable on a first listing."""
-    return _queue.YOUNG_MS / 1000 * 2 + 0.05
+    return YOUNG_MS / 1000 * 2 + 0.05
 
 
 # ------------------------------------------------- 1. racing consumers
@@ -150,7 +150,7 @@ def run_race(
     assert len(sent) == sum(count for count, _, _ in producers)
     claims = [json.loads(line) for log in claim_logs for line in log.read_text().splitlines()]
     with _workers.open_queue(url) as q:
-        left = set(q._store.list())
+        left = set(q.store.list())
     assert left == {names.CONFIG_NAME}, "the drained queue left messages behind"
     if target is None:
         assert queue_files(qdir) == {names.CONFIG_NAME}

@@ -422,7 +422,7 @@ def test_a_dataframe_is_written_into_an_s3_queue(spark: SparkSession, s3_server:
     ).save(url)
     with vsqs.Queue(url, storage_options=s3_server.storage_options) as q:
         got = sorted(m.body for m in q.peek(100))
-        store = q._store
+        store = q.store
         leftovers = [n for n in store.io.listing() if not names.parse(n[0])]  # type: ignore[attr-defined]
     assert got == sorted(f"s3 row {i}".encode() for i in range(40))
     assert [n for n, _ in leftovers] == [names.CONFIG_NAME], "staged names or markers were left"

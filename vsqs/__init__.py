@@ -10,6 +10,7 @@ message is a file whose name is its state.
 
 from __future__ import annotations
 
+from ._dead_letter import redrive
 from ._errors import (
     InvalidArgument,
     InvalidBody,
@@ -24,8 +25,9 @@ from ._errors import (
     UnsupportedStore,
     VsqsError,
 )
+from ._message import Message, QueueStats
 from ._names import FORMAT_VERSION
-from ._queue import Message, Queue, QueueStats, redrive
+from ._queue import Queue
 from ._registry import list_queues
 from ._store import Store
 from ._store_local import LocalStore

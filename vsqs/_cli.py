@@ -31,8 +31,9 @@ from ._cli_common import (
     verbose_option,
 )
 from ._cli_load import demo, pump, sink
+from ._dead_letter import redrive
 from ._errors import ReceiptExpired, VsqsError
-from ._queue import Message, QueueStats, redrive
+from ._message import Message, QueueStats
 from ._registry import list_queues
 
 #: ``VSQS_LOG_LEVEL`` (DEBUG, INFO, WARNING) sets the log level when no -v is given.

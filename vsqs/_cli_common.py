@@ -13,7 +13,8 @@ import click
 from tqdm import tqdm
 
 from ._config import MAX_SECONDS
-from ._queue import Progress, Queue
+from ._message import Progress
+from ._queue import Queue
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -130,7 +131,7 @@ def progress_bar(desc: str, total: int | None = None) -> Iterator[tqdm]:
 
 @contextmanager
 def progress_callback(desc: str) -> Iterator[Progress]:
-    """A :data:`vsqs._queue.Progress` callback that drives a bar."""
+    """A :data:`vsqs._message.Progress` callback that drives a bar."""
     with progress_bar(desc) as bar:
 
         def update(done: int, total: int | None) -> None:

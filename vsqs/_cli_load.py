@@ -21,7 +21,8 @@ from pathlib import Path
 import click
 
 from ._cli_common import SECONDS, open_queue, progress_bar, queue_options
-from ._queue import Message, Queue
+from ._message import Message
+from ._queue import Queue
 
 PUMP_PREFIX = b"pump "
 #: Seconds a demo consumer waits for more before it stops.

@@ -60,6 +60,13 @@ def env_flag(var: str, default: bool) -> bool:
     raise InvalidArgument(f"{var}={raw!r:.40}: use 1/0, true/false, yes/no or on/off")
 
 
+def positive_int(value: object, what: str) -> int:
+    """``value`` if it is an int of at least 1 (not a bool); else :class:`InvalidArgument`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgument(f"{what} must be a positive int, not {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class QueueConfig:
     """Queue defaults every client agrees on (``vsqs.json`` in the queue).
@@ -73,12 +80,11 @@ class QueueConfig:
 
     def __post_init__(self) -> None:
         seconds(self.visibility_timeout, "visibility_timeout")
-        mr = self.max_receives
-        if mr is not None and (isinstance(mr, bool) or not isinstance(mr, int) or mr < 1):
-            raise InvalidArgument(f"max_receives must be a positive int, not {mr!r}")
+        if self.max_receives is not None:
+            positive_int(self.max_receives, "max_receives")
         if self.dead_letter is not None and not isinstance(self.dead_letter, str):
             raise InvalidArgument("dead_letter must be a queue name, path or URL (str)")
-        if (mr is None) != (self.dead_letter is None):
+        if (self.max_receives is None) != (self.dead_letter is None):
             raise InvalidArgument("max_receives and dead_letter go together: give both or neither")
 
     def to_json(self) -> bytes:

@@ -8,6 +8,9 @@ workers can ship them back to a driver.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
 __all__ = [
     "VsqsError",
     "InvalidArgument",
@@ -21,6 +24,7 @@ __all__ = [
     "QueueConfigError",
     "UnsupportedStore",
     "StorageError",
+    "storage_errors",
 ]
 
 
@@ -83,3 +87,23 @@ class UnsupportedStore(VsqsError):
 
 class StorageError(VsqsError, OSError):
     """Any other failure of the underlying storage."""
+
+
+@contextmanager
+def storage_errors(where: str | Callable[[], str]) -> Iterator[None]:
+    """Re-raise an ``OSError`` of a store as the matching :class:`VsqsError`.
+
+    ``where`` says what was being done (a callable is asked only on failure,
+    so it can say how far the work got). A ``VsqsError`` passes unchanged.
+    """
+    try:
+        yield
+    except VsqsError:
+        raise
+    except OSError as exc:
+        what = where() if callable(where) else where
+        if isinstance(exc, PermissionError):
+            raise QueuePermissionError(f"{what}: {exc}") from exc
+        if isinstance(exc, NotADirectoryError):
+            raise NotAQueue(f"{what}: not a queue directory") from exc
+        raise StorageError(f"{what}: {exc}") from exc

@@ -20,6 +20,7 @@ config object.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import secrets
@@ -211,3 +212,35 @@ def id_generator(clock: Callable[[], float]) -> IdGenerator:
         return _by_clock.setdefault(clock, IdGenerator())
     except TypeError:  # not weak-referenceable
         return IdGenerator()
+
+
+class MsClock:
+    """A clock read as the format needs it: whole ms for ids and expiries, and
+    the elapsed time of listings (monotonic, unless a test injected a clock)."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.elapsed = time.monotonic if clock is time.time else clock
+        self._ids = id_generator(clock)
+
+    def now_ms(self) -> int:
+        """The clock in whole ms, rounded down: what has surely passed."""
+        return int(self.clock() * 1000)
+
+    def expiry_ms(self, after_ms: int) -> int:
+        """``after_ms`` from now, rounded up: a holder never gets less than asked.
+
+        Zero means now, rounded down: a release is visible at once.
+        """
+        if after_ms == 0:
+            return self.now_ms()
+        return math.ceil(self.clock() * 1000) + after_ms
+
+    def next_id(self) -> str:
+        """A fresh message id, ordered after this process's earlier ones."""
+        return self._ids.next_id(self.now_ms())
+
+
+def receipt_name(name: Name) -> str:
+    """The name a parsed receipt stands for (an in-flight name, spelled as the format spells it)."""
+    return invisible_name(name.id, name.expiry_ms or 0, name.receive_count, name.version)

@@ -1,8 +1,9 @@
 """The storage interface that every backend implements.
 
 A :class:`Store` is one queue's flat namespace of names, small enough to
-implement in an afternoon. The queue logic in :mod:`vsqs._queue` is written
-once on top of it and relies only on what the capability flags promise.
+implement in an afternoon. The queue logic (:mod:`vsqs._queue` and the
+modules it delegates to) is written once on top of it and relies only on
+what the capability flags promise.
 """
 
 from __future__ import annotations
@@ -23,30 +24,41 @@ class OutcomeUnknown(TimeoutError):
 
 
 class Store(ABC):
-    """One queue's namespace. Names are single components chosen by vsqs: names
-    of the grammar of :mod:`vsqs._names` and the config object, never paths.
+    """One queue's namespace, as the queue layer needs it.
 
-    A store is shared by the threads of a :class:`vsqs.Queue`: every method
-    must be thread-safe. Methods raise the builtin ``FileNotFoundError`` (a
-    name that is absent), ``FileExistsError``, ``PermissionError`` or other
-    ``OSError``; the queue layer turns them into :class:`vsqs.VsqsError`
-    subclasses.
+    The contract every backend keeps:
+
+    * **Names.** Every name passed in is a single component chosen by vsqs: a
+      name of the grammar of :mod:`vsqs._names` (``<id>``, ``<id>.new``,
+      in-flight names) or the config object, never a path. Backends may rely
+      on the grammar (object stores key markers by name); untrusted input is
+      validated before it reaches a store.
+    * **Errors.** Methods raise the builtin ``FileNotFoundError`` (the name is
+      absent: ``read``, ``rename``'s source, ``delete``), ``FileExistsError``,
+      ``PermissionError`` or another ``OSError``; never a client library's own
+      exception. The queue layer turns them into :class:`vsqs.VsqsError`.
+    * **Threads.** A store is shared by the threads of a :class:`vsqs.Queue`:
+      every method must be thread-safe. The queue holds one lock of its own
+      across each claim's rename (so one client's threads claim one at a
+      time); a store must not call back into the queue.
+    * **Capabilities** are class attributes (or, where probed, methods) that
+      the queue reads instead of asking which backend it is.
     """
 
     #: ``rename`` is atomic: of any number of racing renames of one name, exactly
-    #: one succeeds. A multi-consumer queue needs this.
+    #: one succeeds. A multi-consumer queue needs this (or a probe that says
+    #: :meth:`exclusive_claims`).
     atomic_rename: ClassVar[bool] = False
     #: ``write_new(..., fsync=True)``, ``sync_files`` and ``sync_names`` reach
     #: stable storage (a returned send survives a power cut).
     durable: ClassVar[bool] = False
-    #: Other processes (and hosts, for shared storage) see the same namespace.
-    shared: ClassVar[bool] = False
     #: ``list`` yields names in ascending order, lazily: a receiver may stop
     #: reading it once it has enough candidates (object stores, page by page).
     lists_in_order: ClassVar[bool] = False
-    #: A lost claim costs requests to a server (object stores), so receivers
-    #: that lose one spread further over the head of the queue at once.
-    lost_claims_are_costly: ClassVar[bool] = False
+    #: A rename costs requests to a server (object stores): receivers that lose
+    #: a claim spread further over the head of the queue at once, and a Spark
+    #: commit renames concurrently. A local rename is a system call.
+    renames_cost_requests: ClassVar[bool] = False
     #: No name may be used twice (object stores, whose emulated renames leave
     #: markers keyed by name): a message moved into the queue is published
     #: under a new versioned name, not under its id again.
@@ -73,7 +85,8 @@ class Store(ABC):
         return "atomic-rename" if self.atomic_rename else "none"
 
     def exclusive_claims(self) -> bool:
-        """Whether claims are exclusive here (``atomic_rename``; probed on object stores)."""
+        """Whether claims are exclusive here: ``atomic_rename``, or what the
+        store's capability probe found (object stores). May make requests."""
         return self.atomic_rename
 
     @property

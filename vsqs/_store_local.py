@@ -68,7 +68,6 @@ class LocalStore(Store):
 
     atomic_rename = True
     durable = True
-    shared = True
 
     def __init__(self, path: str, *, notifications: bool = True) -> None:
         """``notifications=False`` never uses ``inotify`` (receivers list instead)."""

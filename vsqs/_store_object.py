@@ -178,6 +178,15 @@ _PROBED: dict[Hashable, Capabilities] = {}
 _PROBE_LOCK = threading.Lock()
 
 
+def _marked_sources(group: Group) -> dict[str, float | None]:
+    """The sources that a marker of the group names, with the marker's age."""
+    marked: dict[str, float | None] = {}
+    for name, modified in group:
+        if name.endswith(MOVED_SUFFIX) and names.parse(name[: -len(MOVED_SUFFIX)]):
+            marked[name[: -len(MOVED_SUFFIX)]] = modified
+    return marked
+
+
 class ObjectStore(Store):
     """One queue on an object store; see the module docstring.
 
@@ -187,9 +196,8 @@ class ObjectStore(Store):
 
     atomic_rename = True
     durable = True  # an acknowledged PUT is on the store's stable storage
-    shared = True
     lists_in_order = True
-    lost_claims_are_costly = True
+    renames_cost_requests = True
     unique_names = True
 
     def __init__(self, io: ObjectIO, *, clock: Callable[[], float] = time.time) -> None:
@@ -312,10 +320,7 @@ class ObjectStore(Store):
           ``FINISH_AFTER`` and its source confirmed gone, it is collected.
         """
         present = {n for n, _ in group}
-        marked: dict[str, float | None] = {}
-        for name, modified in group:
-            if name.endswith(MOVED_SUFFIX) and names.parse(name[: -len(MOVED_SUFFIX)]):
-                marked[name[: -len(MOVED_SUFFIX)]] = modified
+        marked = _marked_sources(group)
         if not marked:
             return [n for n, _ in group]
         hidden = set(marked) | {source + MOVED_SUFFIX for source in marked}

@@ -30,9 +30,12 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
-from . import _queue
-from ._errors import InvalidArgument, VsqsError
-from ._queue import Body, Progress, QueueStats
+from . import _message, _queue
+from ._config import positive_int
+from ._dead_letter import redrive as sync_redrive
+from ._errors import VsqsError
+from ._message import Body, Progress, QueueStats
+from ._worker import ConsumePacing, settle, visibility_seconds
 
 log = logging.getLogger("vsqs")
 
@@ -43,7 +46,7 @@ _T = TypeVar("_T")
 class Message:
     """A received (or peeked) message; ``delete``, ``extend`` and ``release`` are awaitable."""
 
-    def __init__(self, queue: Queue, message: _queue.Message) -> None:
+    def __init__(self, queue: Queue, message: _message.Message) -> None:
         self._queue, self.sync = queue, message
 
     @property
@@ -94,8 +97,7 @@ class Queue:
     """
 
     def __init__(self, url: object, *, max_threads: int = 16, **queue_args: Any) -> None:
-        if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 1:
-            raise InvalidArgument(f"max_threads must be a positive int, not {max_threads!r}")
+        positive_int(max_threads, "max_threads")
         self._url, self._queue_args = url, queue_args
         self._sync: _queue.Queue | None = url if isinstance(url, _queue.Queue) else None
         self._owns_sync = self._sync is None
@@ -171,7 +173,13 @@ class Queue:
         cancelled = threading.Event()
         self._receives.add(cancelled)
         future = self._executor.submit(
-            queue._receive_batch, max_messages, visibility_timeout, wait, cancelled
+            functools.partial(
+                queue.receive_batch,
+                max_messages,
+                visibility_timeout=visibility_timeout,
+                wait=wait,
+                stop=cancelled,
+            )
         )
         try:
             got = await asyncio.shield(asyncio.wrap_future(future))
@@ -238,8 +246,8 @@ class Queue:
         once ``stop`` is set.
         """
         queue = await self.open()
-        vt = queue._vt_ms(visibility_timeout) / 1000
-        pacing = _queue.ConsumePacing(max_messages, idle_timeout, stop)
+        vt = visibility_seconds(queue, visibility_timeout)
+        pacing = ConsumePacing(max_messages, idle_timeout, stop)
         succeeded = 0
         while (poll := pacing.next_wait()) is not None:
             message = await self.receive(visibility_timeout=vt, wait=poll)
@@ -279,7 +287,7 @@ class Queue:
 
     async def _settle(self, message: Message, *, failed: bool) -> bool:
         queue = await self.open()
-        return await self._call(queue._settle, message.sync, failed=failed)
+        return await self._call(settle, queue, message.sync, failed=failed)
 
 
 async def redrive(
@@ -291,7 +299,7 @@ async def redrive(
 ) -> int:
     """:func:`vsqs.redrive` on a worker thread."""
     return await asyncio.to_thread(
-        _queue.redrive,
+        sync_redrive,
         dead_letter,
         source,
         storage_options=storage_options,
@@ -299,11 +307,11 @@ async def redrive(
     )
 
 
-def _unwrap(msg_or_receipt: Message | str) -> _queue.Message | str:
+def _unwrap(msg_or_receipt: Message | str) -> _message.Message | str:
     return msg_or_receipt.sync if isinstance(msg_or_receipt, Message) else msg_or_receipt
 
 
-def _release_unwanted(future: Future[list[_queue.Message]]) -> None:
+def _release_unwanted(future: Future[list[_message.Message]]) -> None:
     """Release what a receive claimed after its caller was cancelled."""
     if future.cancelled() or future.exception() is not None:
         return

@@ -237,7 +237,7 @@ def run_chaos(config: ChaosConfig, workdir: Path) -> Report:
             run.slots.append(last)
             c = config
             workers.consume(c.target, str(last.logs[0]), c.vt, c.max_padding, 0, 0, 0, run.drain)
-            store = q._store
+            store = q.store
             left = sorted(
                 name
                 for name in (

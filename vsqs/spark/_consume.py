@@ -9,7 +9,8 @@ from typing import Any
 
 from .. import _names as names
 from .._errors import ReceiptExpired
-from .._queue import Message, Queue
+from .._message import Message
+from .._queue import Queue
 from ._read import SCHEMA
 
 log = logging.getLogger("vsqs")

@@ -26,6 +26,7 @@ from pyspark.sql.types import (
 
 from .. import _names as names
 from .._errors import QueueNotFound
+from .._inspect import entries
 from .._registry import open_store
 from .._store import Store
 from ._options import Options
@@ -147,9 +148,4 @@ def _read(store: Store, name: str) -> bytes | None:
 
 
 def _names_by_id(store: Store) -> dict[str, str]:
-    by_id = {}
-    for name in store.list():
-        parsed = names.parse(name)
-        if parsed is not None and parsed.state != names.NEW:
-            by_id[parsed.id] = name
-    return by_id
+    return {e.parsed.id: e.name for e in entries(store, 0) if e.is_message}

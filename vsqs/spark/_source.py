@@ -15,8 +15,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from .. import _names as names
 from .._errors import InvalidArgument
+from .._inspect import entries
 from ._options import Options
 from ._read import SCHEMA, NamesPartition, open_existing, read_partition, split
 from ._stream import QueueStreamReader
@@ -61,13 +61,7 @@ class SnapshotReader(DataSourceReader):
         now_ms = int(time.time() * 1000)
         store = open_existing(self.options)
         try:
-            found = sorted(
-                name
-                for name in store.list()
-                if (parsed := names.parse(name)) is not None
-                and parsed.state != names.NEW
-                and names.visibility(parsed, now_ms) in self.options.states
-            )
+            found = sorted(e.name for e in entries(store, now_ms) if e.state in self.options.states)
         finally:
             store.close()
         return list(split(found, now_ms, self.options.num_partitions))

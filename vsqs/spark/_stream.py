@@ -37,7 +37,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from .. import _names as names
-from .._queue import default_new_grace
+from .._inspect import default_new_grace, entries, stale_new_before
 from ._options import Options
 from ._read import NamesPartition, open_existing, read_partition, split
 
@@ -76,22 +76,20 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Keys and names of the messages that may be offered now, in key order."""
         now_ms = int(time.time() * 1000)
         horizon = now_ms - int(self.options.settle_seconds * 1000)
-        grace_cutoff = now_ms - int(default_new_grace() * 1000)
+        stale_before = stale_new_before(now_ms, int(default_new_grace() * 1000))
         store = open_existing(self.options)
         try:
             found, pending = [], None
-            for name in store.list():
-                parsed = names.parse(name)
-                if parsed is None:
-                    continue
-                if parsed.state == names.NEW:
+            for entry in entries(store, now_ms):
+                parsed = entry.parsed
+                if not entry.is_message:  # a send under way holds back what is newer
                     key = (names.id_ms(parsed.id), parsed.id)
-                    if key[0] > grace_cutoff and (pending is None or key < pending):
+                    if entry.name >= stale_before and (pending is None or key < pending):
                         pending = key
                     continue
                 key = ready_key(parsed)
                 if key[0] <= horizon:
-                    found.append((key, name))
+                    found.append((key, entry.name))
         finally:
             store.close()
         found.sort()

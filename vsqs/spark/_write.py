@@ -10,11 +10,8 @@ crashed sender's.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import suppress
 from dataclasses import dataclass
 
 from pyspark.sql import Row
@@ -23,13 +20,11 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 
 from .. import _names as names
 from .._errors import InvalidArgument, InvalidBody
-from .._queue import Queue, as_bytes, stage
-from .._store import Store
+from .._message import as_bytes
+from .._publish import commit, stage, unstage
+from .._queue import Queue
 from ._options import Options
 from ._read import open_existing
-
-#: Renames in flight at once during an object-store commit (each is several requests).
-COMMIT_THREADS = 16
 
 
 @dataclass
@@ -60,21 +55,18 @@ class QueueWriter(DataSourceWriter):
     def write(self, iterator: Iterator[Row]) -> Staged:
         store = open_existing(self.options)
         staged: list[str] = []
-
-        def next_id() -> str:
-            return names.ids.next_id(int(time.time() * 1000))
-
+        clock = names.MsClock(time.time)
         try:
             for row in iterator:
                 body = row[self.column]
                 if body is None:
                     raise InvalidBody("a row's body is null: every message needs a body")
-                staged.append(stage(store, as_bytes(body), next_id))
+                staged.append(stage(store, as_bytes(body), clock.next_id))
             if self.options.durable:
                 store.sync_files(names.new_name(i) for i in staged)
             return Staged(staged)
         except BaseException:
-            _unstage(store, staged)
+            unstage(store, staged)
             raise
         finally:
             store.close()
@@ -82,34 +74,23 @@ class QueueWriter(DataSourceWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         store = open_existing(self.options)
         delay_ms = int(self.options.delay * 1000)
-        delayed_until = math.ceil(time.time() * 1000) + delay_ms if delay_ms else None
-
-        def publish(message_id: str) -> None:
-            final = names.published_name(message_id, delayed_until)
-            store.rename(names.new_name(message_id), final)
-
+        visible_at = names.MsClock(time.time).expiry_ms(delay_ms) if delay_ms else None
         ids = sorted(i for m in messages if isinstance(m, Staged) for i in m.ids)
         try:
-            if store.atomic_rename:  # a local rename is a system call: no threads
-                for message_id in ids:
-                    publish(message_id)
-            else:
-                with ThreadPoolExecutor(COMMIT_THREADS) as pool:
-                    list(pool.map(publish, ids))
-            if self.options.durable:
-                store.sync_names()
+            # Where a rename is several requests, run them concurrently.
+            commit(
+                store,
+                ids,
+                visible_at,
+                durable=self.options.durable,
+                concurrent=store.renames_cost_requests,
+            )
         finally:
             store.close()
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         store = open_existing(self.options)
         try:
-            _unstage(store, [i for m in messages if isinstance(m, Staged) for i in m.ids])
+            unstage(store, [i for m in messages if isinstance(m, Staged) for i in m.ids])
         finally:
             store.close()
-
-
-def _unstage(store: Store, staged: list[str]) -> None:
-    for message_id in staged:
-        with suppress(OSError):
-            store.delete(names.new_name(message_id), known=True)

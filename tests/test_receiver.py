@@ -1,0 +1,175 @@
+"""The receive engine on its own: a :class:`Receiver` on a ``MemoryStore``, no ``Queue``."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+
+import pytest
+
+import vsqs
+from vsqs import _names as names
+from vsqs._publish import Publisher
+from vsqs._receiver import STALE_AFTER, Receiver, skip_bound
+
+from .conftest import FakeClock
+
+VT_MS = 30_000
+
+
+class CountingStore(vsqs.MemoryStore):
+    """A ``MemoryStore`` that counts its listings."""
+
+    listings = 0
+
+    def list(self, *, prefix: str = "", settle: bool = False) -> Iterable[str]:
+        self.listings += 1
+        return super().list(prefix=prefix, settle=settle)
+
+
+def engine(store: vsqs.Store, clock: FakeClock) -> tuple[Receiver, Publisher]:
+    """A receiver and a publisher of one client, as a ``Queue`` wires them."""
+    store.ensure(True)
+    ms = names.MsClock(clock)
+    receiver = Receiver(store, ms, new_grace_ms=3_600_000)
+    return receiver, Publisher(store, ms, False, receiver.sent)
+
+
+def test_claims_are_fifo_and_each_message_is_claimed_once(clock: FakeClock) -> None:
+    store = vsqs.MemoryStore()
+    receiver, publisher = engine(store, clock)
+    sent = publisher.send_batch([b"%d" % i for i in range(20)], 0)
+    other, _ = engine(store, clock)  # a second client on the same namespace
+    got = receiver.receive(7, VT_MS, 0) + other.receive(100, VT_MS, 0)
+    assert [c.id for c in got] == sent
+    assert [c.body for c in got] == [b"%d" % i for i in range(20)]
+    assert all(c.receive_count == 1 for c in got)
+    assert receiver.receive(10, VT_MS, 0) == [] and other.receive(10, VT_MS, 0) == []
+
+
+def test_a_claim_comes_back_after_its_visibility_timeout_with_its_count(clock: FakeClock) -> None:
+    store = vsqs.MemoryStore()
+    receiver, publisher = engine(store, clock)
+    [sent] = publisher.send([b"x"], 0)
+    [first] = receiver.receive(1, 1000, 0)
+    assert receiver.receive(1, 1000, 0) == []
+    clock.advance(1.0)
+    [again] = receiver.receive(1, 1000, 0)  # promoted from the expiry heap, no listing needed
+    assert (again.id, again.receive_count) == (sent, 2)
+    assert again.name != first.name and not store.list(prefix=first.name)
+
+
+def test_own_sends_are_candidates_without_another_listing(clock: FakeClock) -> None:
+    store = CountingStore()
+    receiver, publisher = engine(store, clock)
+    publisher.send([b"a"], 0)
+    clock.advance(1)  # past YOUNG_MS: the first listing trusts it
+    assert len(receiver.receive(1, VT_MS, 0)) == 1
+    listed = store.listings
+    publisher.send([b"b"], 0)
+    [claim] = receiver.receive(1, VT_MS, 0)
+    assert claim.body == b"b" and store.listings == listed
+
+
+def test_a_message_received_too_often_goes_to_the_exhausted_callback(clock: FakeClock) -> None:
+    store = vsqs.MemoryStore()
+    receiver, publisher = engine(store, clock)
+    [sent] = publisher.send([b"poison"], 0)
+    exhausted: list[str] = []
+    for _ in range(2):
+        got = receiver.receive(1, 0, 0, max_receives=2, exhausted=exhausted.append)
+        assert [c.id for c in got] == [sent]
+    assert receiver.receive(1, 0, 0, max_receives=2, exhausted=exhausted.append) == []
+    [held] = exhausted
+    parsed = names.parse(held)
+    assert parsed is not None and (parsed.id, parsed.receive_count) == (sent, 3)
+
+
+def test_moved_and_deleted_names_leave_the_view(clock: FakeClock) -> None:
+    store = vsqs.MemoryStore()
+    receiver, publisher = engine(store, clock)
+    publisher.send_batch([b"a", b"b"], 0)
+    clock.advance(1)
+    first, second = receiver.receive(2, VT_MS, 0)
+    store.delete(first.name)
+    receiver.deleted(first.name)
+    released = names.next_name(names.parse_receipt(second.name), names.MsClock(clock).now_ms(), 1)
+    store.rename(second.name, released)
+    receiver.moved(second.name, released, names.MsClock(clock).now_ms())
+    assert first.name not in receiver.candidates.pending
+    [again] = receiver.receive(1, VT_MS, 0)
+    assert again.id == second.id and again.receive_count == 2
+
+
+def test_the_view_stays_bounded_while_draining() -> None:
+    """The expiry heap drops entries of deleted messages (it once kept them all)."""
+    store, clock = vsqs.MemoryStore(), FakeClock(4e6)
+    receiver, publisher = engine(store, clock)
+    publisher.send_batch([b"x"] * 5000, 0)
+    for _ in range(5000):
+        [claim] = receiver.receive(1, VT_MS, 0)
+        store.delete(claim.name)
+        receiver.deleted(claim.name)
+    assert len(receiver.candidates.pending) == 0
+    assert len(receiver.candidates.heap) <= 1024
+
+
+def test_a_set_stop_event_ends_a_long_poll_without_claiming(clock: FakeClock) -> None:
+    store = vsqs.MemoryStore()
+    receiver, publisher = engine(store, clock)
+    publisher.send([b"x"], 0)
+    stop = threading.Event()
+    stop.set()
+    assert receiver.receive(1, VT_MS, 3600, stop=stop) == []
+    assert len(receiver.receive(1, VT_MS, 0)) == 1  # it was left for the next receive
+
+
+def test_a_long_poll_wakes_for_a_send_of_another_thread() -> None:
+    """On the real clock: the poll returns the message sent while it waited,
+    well before its wait of an hour (bounded by the test's timeout, not a sleep)."""
+    store = vsqs.MemoryStore()
+    store.ensure(True)
+    ms = names.MsClock(time.time)
+    receiver = Receiver(store, ms, 3_600_000)
+    publisher = Publisher(store, ms, False, lambda name, at: None)
+    polling = threading.Event()
+
+    def send_when_polling() -> None:
+        polling.wait()
+        publisher.send([b"late"], 0)
+
+    sender = threading.Thread(target=send_when_polling, daemon=True)
+    sender.start()
+    try:
+        assert receiver.receive(1, VT_MS, 0) == []  # the first listing is taken
+    finally:
+        polling.set()
+    [claim] = receiver.receive(1, VT_MS, 3600)
+    sender.join()
+    assert claim.body == b"late"
+
+
+def test_a_message_another_client_released_is_found_again(clock: FakeClock) -> None:
+    """A message released by another client is found again, at the latest
+    once the view is STALE_AFTER old."""
+    store = CountingStore()
+    receiver, publisher = engine(store, clock)
+    other, _ = engine(store, clock)
+    publisher.send([b"x"], 0)
+    clock.advance(1)
+    [claim] = other.receive(1, VT_MS, 0)
+    assert receiver.receive(1, VT_MS, 0) == []
+    store.rename(claim.name, names.next_name(names.parse_receipt(claim.name), 0, 1))
+    clock.advance(STALE_AFTER)
+    [again] = receiver.receive(1, VT_MS, 0)
+    assert again.id == claim.id
+
+
+@pytest.mark.parametrize(
+    ("costly", "bounds"), [(False, [1, 2, 4, 64, 64]), (True, [32, 64, 64, 64, 64])]
+)
+def test_lost_claims_spread_receivers_as_documented(costly: bool, bounds: list[int]) -> None:
+    """docs/format.md: from the second loss in a row (the first where a loss
+    costs requests, skipping up to 31 names), twice as far per loss, up to 64."""
+    assert [skip_bound(n, costly) for n in (1, 2, 3, 7, 8)] == bounds

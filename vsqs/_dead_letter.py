@@ -1,0 +1,172 @@
+"""Dead letters: moving a message received too often into another queue, and
+:func:`redrive`, which moves them back.
+
+A move publishes the message in the target queue first and removes it at its
+source second, so a crash between the two leaves a copy in both (at least
+once), never in neither.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from contextlib import ExitStack, suppress
+from typing import TYPE_CHECKING, Any
+
+from . import _names as names
+from ._errors import QueueNotFound, ReceiptExpired, StorageError, storage_errors
+from ._inspect import message_count
+from ._message import Progress
+from ._publish import publish
+from ._store import Store
+
+if TYPE_CHECKING:
+    from ._queue import Queue
+
+log = logging.getLogger("vsqs")
+
+#: How long a redrive holds a message while moving it (seconds).
+MOVE_HOLD = 300.0
+#: Names a move into another queue tries before it gives up.
+MOVE_ATTEMPTS = 3
+
+
+def move_in(store: Store, durable: bool, moved: names.Name, body: bytes) -> bool:
+    """Publish in ``store`` a message moved from another queue (where its name
+    was ``moved``): visible, receive count 0. Under its id, or where names must
+    not recur (:attr:`Store.unique_names`), under the next version: a name it
+    never had. Returns whether it published.
+
+    An earlier move of it may have published it here already and been cut
+    short before it removed the message at its source: if it is here and
+    nobody received it yet (receive count 0), nothing is published (one
+    listing of the id's names). A copy here that was received is not
+    trusted: it may be on its way out (a dead-lettering crossing a redrive),
+    so the message is published again (at least once).
+    """
+    with storage_errors(f"moving {moved.id} into {store.url}"):
+        for name in store.list(prefix=moved.id):
+            here = names.parse(name)
+            if here is not None and here.state != names.NEW and not here.receive_count:
+                return False
+        if not store.unique_names:
+            return publish(store, durable, moved.id, body, moved.id, replace_new=True)
+        # Visible since it was sent, whatever the clock; a name that is taken
+        # or burned (a create of unknown outcome, which may land later: at
+        # least once) is not used again.
+        for expiry in range(names.id_ms(moved.id), names.id_ms(moved.id) + MOVE_ATTEMPTS):
+            final = names.invisible_name(moved.id, expiry, 0, moved.version + 1)
+            if publish(store, durable, moved.id, body, final, replace_new=False):
+                return True
+        raise StorageError(f"{moved.id}: could not publish it in {MOVE_ATTEMPTS} attempts")
+
+
+class DeadLetters:
+    """The dead-letter queue of one queue, opened on first use.
+
+    ``open_queue(create)`` opens it (``QueueNotFound`` if it does not exist
+    and ``create`` is false).
+    """
+
+    def __init__(self, source: Store, open_queue: Callable[[bool], Queue]) -> None:
+        self._source = source
+        self._open_queue = open_queue
+        self._queue: Queue | None = None
+
+    def queue(self, *, create: bool = True) -> Queue | None:
+        """The dead-letter queue; ``None`` if it does not exist and ``create`` is false."""
+        if self._queue is None:
+            try:
+                self._queue = self._open_queue(create)
+            except QueueNotFound:
+                if create:
+                    raise  # it vanished while being created: an error, not "none"
+                return None
+        return self._queue
+
+    def depth(self) -> int:
+        """Messages in the dead-letter queue, every state (0 if it does not exist yet)."""
+        dlq = self.queue(create=False)
+        if dlq is None:
+            return 0
+        with storage_errors(f"listing {dlq.url}"):
+            return message_count(dlq.store)
+
+    def take(self, held: str) -> None:
+        """Move a message this client holds (as ``held``) to the dead-letter
+        queue, keeping its id. If this raises, the message stays held at its
+        source, and comes back there when its visibility timeout runs out."""
+        parsed = names.parse(held)
+        assert parsed is not None
+        try:
+            body = self._source.read(held)
+        except FileNotFoundError:
+            return
+        dlq = self.queue()
+        assert dlq is not None
+        move_in(dlq.store, dlq.durable, parsed, body)
+        with suppress(FileNotFoundError):
+            self._source.delete(held, known=True)
+        log.info("%s: message %s dead-lettered to %s", self._source.url, parsed.id, dlq.url)
+
+    def close(self) -> None:
+        if self._queue is not None:
+            self._queue.close()
+
+
+def redrive(
+    dead_letter: object,
+    source: object,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    max_messages: int | None = None,
+    progress: Progress | None = None,
+    unsafe_claims: bool = False,
+) -> int:
+    """Move visible messages from a dead-letter queue back to ``source``; return how many.
+
+    ``dead_letter`` and ``source`` are locations (opened here with
+    ``storage_options`` and ``unsafe_claims``, and closed again) or open
+    :class:`Queue` objects (left open). Each message keeps its id (so its FIFO
+    position) and starts with a receive count of 0. Safe to run concurrently
+    with consumers of either queue and with another redrive: every message is
+    first received from the dead-letter queue, so only one mover handles it.
+    """
+    from ._queue import Queue
+
+    moved = 0
+    with ExitStack() as opened:
+
+        def queue(location: object) -> Queue:
+            if isinstance(location, Queue):
+                return location
+            return opened.enter_context(
+                Queue(
+                    location,
+                    storage_options=storage_options,
+                    create=False,
+                    unsafe_claims=unsafe_claims,
+                )
+            )
+
+        dlq, target = queue(dead_letter), queue(source)
+        while max_messages is None or moved < max_messages:
+            batch = dlq.receive_batch(
+                100 if max_messages is None else min(100, max_messages - moved),
+                visibility_timeout=MOVE_HOLD,
+            )
+            if not batch:
+                break
+            for message in batch:
+                held = names.parse(message.receipt or "")
+                assert held is not None
+                move_in(target.store, target.durable, held, message.body)
+                try:
+                    dlq.delete(message)
+                except ReceiptExpired:
+                    continue
+                moved += 1
+                if progress is not None:
+                    progress(moved, max_messages)
+    log.info("redrove %d messages from %s to %s", moved, dlq.url, target.url)
+    return moved

@@ -1,0 +1,148 @@
+"""Reading a queue without receiving from it: one listing classifier for
+``peek``, ``stats``, ``purge``, ``gc`` and the Spark planners, and the one
+rule for when a ``.new`` is a crashed writer's leftover."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from contextlib import suppress
+from dataclasses import dataclass
+
+from . import _names as names
+from ._config import ENV_NEW_GRACE, env_seconds
+from ._message import Progress
+from ._store import Store
+
+log = logging.getLogger("vsqs")
+
+#: A ``.new`` leftover older than this (by its id) is a crashed writer's.
+DEFAULT_NEW_GRACE = 3600.0
+
+
+def default_new_grace() -> float:
+    """Seconds after which a ``.new`` is a crashed writer's: ``VSQS_NEW_GRACE``, or one hour."""
+    return env_seconds(ENV_NEW_GRACE, DEFAULT_NEW_GRACE)
+
+
+def stale_new_before(now_ms: int, grace_ms: int) -> str:
+    """Names below this (``.new`` names included) were issued more than
+    ``grace_ms`` before ``now_ms``: a ``.new`` among them is a crashed writer's."""
+    return f"{now_ms - grace_ms:013d}"
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A listed name of the format, and its state at the listing's time.
+
+    ``state`` is :data:`names.NEW` for a send under way (or a leftover), else
+    the visibility of :func:`names.visibility` (ready, in flight, delayed).
+    """
+
+    name: str
+    parsed: names.Name
+    state: str
+
+    @property
+    def is_message(self) -> bool:
+        """A published message (every state but a send under way)."""
+        return self.state != names.NEW
+
+
+def classify(name: str, now_ms: int) -> Entry | None:
+    """The entry of one listed name at ``now_ms``; ``None`` for a foreign name."""
+    parsed = names.parse(name)
+    if parsed is None:
+        return None
+    state = names.NEW if parsed.state == names.NEW else names.visibility(parsed, now_ms)
+    return Entry(name, parsed, state)
+
+
+def entries(store: Store, now_ms: int, *, settle: bool = False) -> Iterator[Entry]:
+    """The format's names in one listing of ``store`` (foreign names skipped), classified."""
+    for name in store.list(settle=settle):
+        entry = classify(name, now_ms)
+        if entry is not None:
+            yield entry
+
+
+def stale_new(store: Store, now_ms: int, grace_ms: int) -> list[str]:
+    """The ``.new`` names of crashed writers in one listing."""
+    cutoff = stale_new_before(now_ms, grace_ms)
+    return [n for n in store.list() if n.endswith(names.NEW_SUFFIX) and n < cutoff]
+
+
+def collect_stale_new(
+    store: Store, candidates: Iterable[str], where: str, progress: Progress | None = None
+) -> list[str]:
+    """Remove the given ``.new`` leftovers (foreign names are never touched);
+    return those this call removed."""
+    removed: list[str] = []
+    candidates = list(candidates)
+    for done, name in enumerate(candidates, 1):
+        parsed = names.parse(name)
+        if parsed is not None and parsed.state == names.NEW:
+            with suppress(FileNotFoundError):
+                store.delete(name, known=True)
+                removed.append(name)
+        if progress is not None:
+            progress(done, len(candidates))
+    if removed:
+        log.info("%s: removed %d stale .new leftovers of crashed writers", where, len(removed))
+    return removed
+
+
+@dataclass
+class Tally:
+    """The counts of :class:`vsqs.QueueStats`, gathered from one listing (ms times)."""
+
+    now_ms: int
+    ready: int = 0
+    in_flight: int = 0
+    delayed: int = 0
+    writing: int = 0
+    oldest_sent_ms: int | None = None
+    next_visible_ms: int | None = None
+    in_flight_expiry_ms: int | None = None
+
+    def add(self, entry: Entry) -> None:
+        state, parsed = entry.state, entry.parsed
+        if state == names.NEW:
+            self.writing += 1
+            return
+        if state == names.READY:
+            self.ready += 1
+            sent = names.id_ms(parsed.id)
+            self.oldest_sent_ms = _earliest(self.oldest_sent_ms, sent)
+            return
+        expiry = parsed.expiry_ms
+        assert expiry is not None
+        self.next_visible_ms = _earliest(self.next_visible_ms, expiry)
+        if state == names.IN_FLIGHT:
+            self.in_flight += 1
+            self.in_flight_expiry_ms = _earliest(self.in_flight_expiry_ms, expiry)
+        else:
+            self.delayed += 1
+
+    def seconds_ago(self, ms: int | None) -> float | None:
+        return None if ms is None else max(0.0, (self.now_ms - ms) / 1000)
+
+    def seconds_until(self, ms: int | None) -> float | None:
+        return None if ms is None else (ms - self.now_ms) / 1000
+
+
+def _earliest(current: int | None, ms: int) -> int:
+    return ms if current is None else min(current, ms)
+
+
+def tally(store: Store, now_ms: int) -> Tally:
+    """Counts by state from one listing that shows moves under way at their sources."""
+    counts = Tally(now_ms)
+    for entry in entries(store, now_ms, settle=True):
+        counts.add(entry)
+    return counts
+
+
+def message_count(store: Store) -> int:
+    """Messages in every state (sends under way not counted), from one listing."""
+    return sum(1 for entry in entries(store, 0) if entry.is_message)

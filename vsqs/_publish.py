@@ -1,0 +1,182 @@
+"""Publishing: a message is written whole as ``<id>.new`` (invisible) and
+renamed to its final name, so receivers never see part of one.
+
+Used by :meth:`vsqs.Queue.send` and ``send_batch``, by moves into another
+queue (dead letters, redrive), and by the Spark writer's commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
+
+from . import _names as names
+from ._errors import StorageError, storage_errors
+from ._store import Store
+
+#: Fresh ids a send tries before it gives up.
+SEND_ATTEMPTS = 8
+#: Renames in flight at once when a commit runs concurrently (object stores,
+#: where each rename is several requests).
+COMMIT_THREADS = 16
+
+
+def publish(
+    store: Store, durable: bool, message_id: str, data: bytes, final: str, *, replace_new: bool
+) -> bool:
+    """Write ``<id>.new`` and rename it to ``final``; ``False`` if ``final`` exists.
+
+    ``replace_new`` removes a leftover ``<id>.new`` first: only for moves of
+    a message the caller holds, whose earlier attempt may have crashed.
+    Stores that create atomically get ``final`` directly.
+    """
+    tmp = names.new_name(message_id)
+    if store.creates_atomically(durable):
+        try:
+            store.write_new(final, data, fsync=durable)
+        except FileExistsError:
+            return False
+        return True
+    try:
+        store.write_new(tmp, data, fsync=durable)
+    except FileExistsError:
+        if not replace_new:
+            raise
+        store.delete(tmp, known=True)
+        store.write_new(tmp, data, fsync=durable)
+    try:
+        store.rename(tmp, final)
+    except FileExistsError:
+        store.delete(tmp, known=True)
+        return False
+    if durable:
+        store.sync_names()
+    return True
+
+
+def stage(store: Store, data: bytes, next_id: Callable[[], str]) -> str:
+    """Write ``data`` as ``<id>.new`` (invisible, not durable yet) under a fresh
+    id, drawing another on a collision; return the id."""
+    while True:
+        message_id = next_id()
+        try:
+            store.write_new(names.new_name(message_id), data, fsync=False)
+        except FileExistsError:
+            continue
+        return message_id
+
+
+def unstage(store: Store, staged: Iterable[str]) -> None:
+    """Remove what :func:`stage` wrote under these ids (best effort: the
+    garbage collection of ``.new`` leftovers removes what this cannot)."""
+    for message_id in staged:
+        with suppress(OSError):
+            store.delete(names.new_name(message_id), known=True)
+
+
+def commit(
+    store: Store,
+    staged: list[str],
+    visible_at: int | None,
+    *,
+    durable: bool,
+    concurrent: bool = False,
+    published: Callable[[str, str], object] | None = None,
+) -> None:
+    """Rename staged ids to their final names (ready, or delayed until
+    ``visible_at``), then make the names durable if asked.
+
+    In order, one at a time, unless ``concurrent``: then up to
+    :data:`COMMIT_THREADS` at once, for stores whose renames cost requests
+    (the order among the batch is then not kept). ``published(id, name)`` is
+    called after each rename. If a rename fails, the error propagates; the
+    ids published before it stay published.
+    """
+
+    def one(message_id: str) -> None:
+        final = names.published_name(message_id, visible_at)
+        store.rename(names.new_name(message_id), final)
+        if published is not None:
+            published(message_id, final)
+
+    if concurrent and len(staged) > 1:
+        with ThreadPoolExecutor(min(COMMIT_THREADS, len(staged))) as pool:
+            list(pool.map(one, staged))
+    else:
+        for message_id in staged:
+            one(message_id)
+    if durable and staged:
+        store.sync_names()
+
+
+class Publisher:
+    """Sends of one client to one queue, with ids from its clock."""
+
+    def __init__(
+        self,
+        store: Store,
+        clock: names.MsClock,
+        durable: bool,
+        published: Callable[[str, int | None], object],
+    ) -> None:
+        """``published(name, visible_at)`` is told of every message sent (for the
+        client's own receives)."""
+        self._store = store
+        self._clock = clock
+        self._durable = durable
+        self._published = published
+
+    def send(self, datas: list[bytes], delay_ms: int) -> list[str]:
+        """Publish each message on its own, in order; return the ids."""
+        sent: list[str] = []
+
+        def where() -> str:
+            done = f" ({len(sent)} of {len(datas)} sent)" if len(datas) > 1 else ""
+            return f"sending to {self._store.url}{done}"
+
+        with storage_errors(where):
+            for data in datas:
+                sent.append(self._send_one(data, delay_ms))
+        return sent
+
+    def _send_one(self, data: bytes, delay_ms: int) -> str:
+        """Publish under a fresh id; draw another if the name is taken (an id
+        collision), or burned by a create whose outcome is unknown (it may
+        land later: a send is at least once)."""
+        for _ in range(SEND_ATTEMPTS):
+            message_id = self._clock.next_id()
+            visible_at = self._clock.expiry_ms(delay_ms) if delay_ms else None
+            final = names.published_name(message_id, visible_at)
+            try:
+                if publish(self._store, self._durable, message_id, data, final, replace_new=False):
+                    self._published(final, visible_at)
+                    return message_id
+            except FileExistsError:
+                pass
+        raise StorageError(f"could not publish a message under {SEND_ATTEMPTS} fresh ids")
+
+    def send_batch(self, datas: list[bytes], delay_ms: int) -> list[str]:
+        """Stage every message, make them durable with one sync, then publish
+        them in order. Not atomic: on an error a prefix may have been sent."""
+        store = self._store
+        if store.creates_atomically(self._durable):
+            return self.send(datas, delay_ms)
+        staged: list[str] = []
+        sent: list[str] = []
+
+        def published(message_id: str, final: str) -> None:
+            sent.append(message_id)
+            self._published(final, visible_at)
+
+        with storage_errors(lambda: f"sending a batch to {store.url} ({len(sent)} sent)"):
+            try:
+                for data in datas:
+                    staged.append(stage(store, data, self._clock.next_id))
+                if self._durable:
+                    store.sync_files(names.new_name(i) for i in staged)
+                visible_at = self._clock.expiry_ms(delay_ms) if delay_ms else None
+                commit(store, staged, visible_at, durable=self._durable, published=published)
+            finally:
+                unstage(store, staged[len(sent) :])
+        return sent

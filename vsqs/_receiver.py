@@ -1,0 +1,572 @@
+"""The receive engine: the candidate cache, claims, listing and the long poll.
+
+A :class:`Receiver` serves one client of one queue. Between listings it keeps
+:class:`Candidates`, its view of the queue, and claims the oldest of them by
+renaming (docs/format.md). It works on any :class:`~vsqs._store.Store` and
+needs no :class:`vsqs.Queue`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import logging
+import math
+import random
+import threading
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+
+from . import _names as names
+from ._errors import storage_errors
+from ._inspect import collect_stale_new, stale_new_before
+from ._store import OutcomeUnknown, Store
+
+log = logging.getLogger("vsqs")
+
+#: A cached listing is refreshed at least this often (seconds), so messages
+#: whose visibility expired (or that other clients released) come back in FIFO
+#: position within this delay, or within 20 listing times on huge backlogs.
+STALE_AFTER = 1.0
+#: Listings of more than THROTTLE_ABOVE names may take at most
+#: 1/LISTING_BUDGET of a receiver's time; smaller ones are never throttled.
+LISTING_BUDGET = 20
+THROTTLE_ABOVE = 1000
+#: A ready name issued less than this before a listing started becomes a
+#: candidate only once a second listing has seen it: a listing racing with a
+#: producer may show the producer's newer message but not its older one
+#: (docs/format.md, "FIFO"). It covers clock skew between hosts sharing a disk.
+YOUNG_MS = 50
+#: A receiver that lost every race of a receive sleeps up to this (seconds)
+#: before looking again; one woken by changes that brought it nothing, at
+#: most this long before waiting again.
+BACKOFF = 0.001
+#: On stores whose renames cost requests (object stores), the first lost claim
+#: already skips fewer than 2**COSTLY_SPREAD candidates ahead (then twice as far
+#: per loss in a row, up to 64): measured on moto with 4 consumers, lost claims
+#: fell from 1.2 to 0.2 per message.
+COSTLY_SPREAD = 5
+#: A receiver with an arrival feed reads it at least every FEED_EVERY claims.
+FEED_EVERY = 64
+#: On stores that list in order (object stores), a listing stops once it has
+#: found this many candidates (within the first page of 1 000 keys, if few are
+#: in flight): a receive never lists the whole backlog.
+HEAD_NAMES = 500
+
+
+def skip_bound(losses: int, costly: bool) -> int:
+    """A receiver that lost ``losses`` claims in a row skips fewer than this many candidates."""
+    return min(1 << (losses - 1 + (COSTLY_SPREAD if costly else 0)), 64)
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What one listing found, sorted out for :meth:`Candidates.refresh`."""
+
+    visible: list[str]  # ascending
+    young: list[str]
+    pending: dict[str, int]
+    stale_new: list[str]
+    count: int
+
+
+class Candidates:
+    """The receiver's view of the queue between listings; only its own methods
+    change it.
+
+    ``names[pos:]`` are candidate names, ascending (FIFO); ``pending`` maps the
+    invisible names this client knows of (from the listing, or its own claims,
+    extends, releases and delayed sends) to their expiry, with ``heap`` in
+    expiry order, so that they become candidates in FIFO position the moment
+    they are due, without a listing. ``fed``: the store's arrival feed has
+    reported every name that appeared since the last listing, so the
+    candidates are the whole queue without listing again.
+    """
+
+    __slots__ = (
+        "fed",
+        "gone",
+        "heap",
+        "listed_at",
+        "listed_count",
+        "listing_seconds",
+        "losses",
+        "names",
+        "oldest_young",
+        "pending",
+        "pos",
+        "since_feed",
+        "skipped",
+        "token",
+        "young",
+    )
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.pos = 0
+        self.pending: dict[str, int] = {}
+        self.heap: list[tuple[int, str]] = []
+        self.token: Hashable = None
+        self.listed_at = -math.inf
+        self.listing_seconds = 0.0
+        self.listed_count = 0
+        self.young: set[str] = set()
+        self.oldest_young: str | None = None
+        self.losses = 0  # consecutive renames lost to other consumers
+        self.fed = False
+        self.skipped: list[str] = []  # fed: names skipped after lost races, to retry
+        self.gone: set[str] = set()  # fed: ready names the feed saw leave
+        self.since_feed = 0  # claims since the feed was last read
+
+    @property
+    def listed(self) -> bool:
+        """Whether a listing was taken (a client that never received keeps nothing)."""
+        return self.token is not None
+
+    # ------------------------------------------------------------- updates
+    def add_invisible(self, name: str, expiry_ms: int) -> None:
+        self.pending[name] = expiry_ms
+        heapq.heappush(self.heap, (expiry_ms, name))
+
+    def add_ready(self, name: str) -> None:
+        """This client published ``name`` (ready): a candidate in FIFO position,
+        unless the feed reports it anyway."""
+        if not self.fed:
+            bisect.insort(self.names, name, lo=self.pos)
+
+    def forget(self, name: str) -> None:
+        """This client renamed or deleted ``name``: it is no candidate any more."""
+        if self.pending.pop(name, None) is None:  # not invisible: maybe a candidate
+            i = bisect.bisect_left(self.names, name, lo=self.pos)
+            if i < len(self.names) and self.names[i] == name:
+                del self.names[i]
+        if len(self.heap) > 2 * len(self.pending) + 1024:  # drop forgotten entries
+            self.heap = [(expiry, name) for name, expiry in self.pending.items()]
+            heapq.heapify(self.heap)
+
+    def add_changes(self, changes: list[tuple[str, bool]]) -> None:
+        """Apply what the store's feed reported of ready names: arrivals become
+        candidates, departures (taken by someone) are passed over unclaimed.
+
+        Invisible names (claims, extends, releases, delayed sends) are left to
+        the next listing, as expiries are: this client's own are pending
+        already, and a feed read late would report names long renamed again.
+        """
+        for name, appeared in changes:
+            if not appeared:
+                # Only a name still ahead (or skipped) can be tried again; this
+                # client's own claims are behind it.
+                i = bisect.bisect_left(self.names, name, lo=self.pos)
+                if self.skipped or (i < len(self.names) and self.names[i] == name):
+                    self.gone.add(name)
+            elif names.is_id(name):
+                self.gone.discard(name)
+                i = bisect.bisect_left(self.names, name, lo=self.pos)
+                if i == len(self.names) or self.names[i] != name:
+                    self.names.insert(i, name)
+
+    def feed_lost(self) -> None:
+        """The feed lost events: list before the next claim."""
+        self.fed, self.listed_at = False, -math.inf
+
+    def promote_due(self, now_ms: int) -> bool:
+        """Move known invisible names whose expiry has passed into the candidates.
+
+        Returns whether any moved.
+        """
+        heap, pending = self.heap, self.pending
+        promoted = False
+        while heap and heap[0][0] <= now_ms:
+            expiry, name = heapq.heappop(heap)
+            if pending.get(name) == expiry:
+                del pending[name]
+                bisect.insort(self.names, name, lo=self.pos)
+                promoted = True
+        return promoted
+
+    def take(self) -> str | None:
+        """The next candidate, passed over for good (``None`` when they ran out)."""
+        if self.pos >= len(self.names):
+            return None
+        name = self.names[self.pos]
+        self.pos += 1
+        return name
+
+    def won(self) -> None:
+        self.losses = 0
+
+    def lost(self, costly: bool) -> int:
+        """A claim was lost to another consumer: after the second loss in a row
+        (on stores where losses are costly, the first), skip ahead a random,
+        growing distance, so that consumers sharing one view do not all fight
+        for the same head message. A lone consumer (whose only losses are its
+        own stale names) stays FIFO; skipped names come back when the others
+        ran out (with a feed) or at the next listing, if nobody took them.
+        Returns how many were skipped."""
+        self.losses += 1
+        count = random.randrange(skip_bound(self.losses, costly))
+        end = min(len(self.names), self.pos + count)
+        if self.fed:
+            self.skipped.extend(self.names[self.pos : end])
+        self.pos = end
+        return count
+
+    def retry_skipped(self) -> None:
+        """Make the skipped names candidates again once the others ran out (fed only)."""
+        if self.pos >= len(self.names) and self.skipped:
+            gone = self.gone
+            self.names[self.pos :] = [n for n in self.skipped if n not in gone]  # ascending
+            self.skipped = []
+
+    def refresh(
+        self,
+        listing: Listing,
+        token: Hashable,
+        during: list[tuple[str, bool]] | None,
+        started: float,
+        ended: float,
+    ) -> None:
+        """Replace the view by one listing (taken after ``token``, from
+        ``started`` to ``ended``). ``during``: the feed's changes while it
+        listed; ``None`` when there is no feed (or it lost events)."""
+        self.pending = listing.pending
+        self.heap = [(expiry, name) for name, expiry in listing.pending.items()]
+        heapq.heapify(self.heap)
+        self.gone = set()
+        visible = listing.visible
+        if during is not None:  # names that changed while listing: some are listed too
+            self.names, self.pos = visible, 0
+            self.add_changes(during)
+        # A consumer that has been losing races starts at a random offset, so
+        # consumers sharing a queue spread over its head; one that has not
+        # (a lone consumer) starts at the oldest name: strict FIFO.
+        spread = min(len(visible), 1 << min(self.losses, 6))
+        start = random.randrange(spread) if self.losses and visible else 0
+        self.names, self.pos, self.token = visible, start, token
+        self.young, self.fed = set(listing.young), during is not None
+        self.skipped = []
+        self.oldest_young = min(listing.young) if listing.young else None
+        self.losses = self.losses // 2
+        self.listed_at, self.listing_seconds = ended, ended - started
+        self.listed_count = listing.count
+
+    # ------------------------------------------------------------- queries
+    def feed_due(self, promoted: bool) -> bool:
+        """Whether to read the feed before the next claim.
+
+        New ready names are newer than the candidates, bar a slow producer's
+        or a skewed clock's: read when the candidates run out, when older
+        names were promoted (own sends must not be overtaken), and every
+        ``FEED_EVERY`` claims, which also keeps the kernel's event queue short
+        (this client's own claims are events too).
+        """
+        self.since_feed += 1
+        if (
+            promoted
+            or self.losses  # contended: others' claims tell which names are gone
+            or self.since_feed >= FEED_EVERY
+            or self.pos >= len(self.names)
+        ):
+            self.since_feed = 0
+            return True
+        return False
+
+    def next_expiry_ms(self) -> int | None:
+        return self.heap[0][0] if self.heap else None
+
+    def due(self, store: Store, now: float) -> bool:
+        """Whether to list again before the next claim (possibly to find nothing).
+
+        ``now``: the receiver's monotonic time, as ``listed_at`` was taken.
+        """
+        exhausted = self.pos >= len(self.names)
+        oldest_young = self.oldest_young
+        if oldest_young is not None and (exhausted or oldest_young < self.names[self.pos]):
+            return True  # a second look makes fresh names candidates, in FIFO order
+        age = now - self.listed_at
+        if self.listed_count > THROTTLE_ABOVE and age < LISTING_BUDGET * self.listing_seconds:
+            return False
+        if age >= STALE_AFTER:
+            return True
+        if self.fed:
+            return False  # the feed told of every new name
+        return exhausted and (self.token is None or store.changed_since(self.token))
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A message this client now holds: its id, held name, receive count and body."""
+
+    id: str
+    name: str
+    receive_count: int
+    expiry_ms: int
+    body: bytes
+
+
+class Receiver:
+    """Claims messages of one queue for one client (every thread of it).
+
+    One lock guards the candidates. It is held across a listing and across
+    each claim's rename (storage requests), so that the threads of one client
+    claim one at a time and never race each other for a name; body reads and
+    dead-lettering happen outside it. Other clients are another matter: every
+    claim is a rename that only one of them wins.
+    """
+
+    def __init__(self, store: Store, clock: names.MsClock, new_grace_ms: int) -> None:
+        self._store = store
+        self._clock = clock
+        self._new_grace_ms = new_grace_ms
+        self._lock = threading.Lock()
+        self._candidates = Candidates()
+
+    @property
+    def candidates(self) -> Candidates:
+        """The current view (read it; only the receiver changes it)."""
+        return self._candidates
+
+    # ---------------------------------------------- what this client did
+    def sent(self, name: str, visible_at: int | None) -> None:
+        """Let this client's receives see its own send in FIFO order at once."""
+        c = self._candidates
+        if not c.listed:
+            return
+        with self._lock:
+            if visible_at is None:
+                c.add_ready(name)
+            else:
+                c.add_invisible(name, visible_at)
+
+    def moved(self, old: str, new: str, expiry_ms: int) -> None:
+        """This client renamed a message it holds (extend, release)."""
+        with self._lock:
+            self._candidates.forget(old)
+            self._candidates.add_invisible(new, expiry_ms)
+
+    def deleted(self, name: str) -> None:
+        with self._lock:
+            self._candidates.forget(name)
+
+    def reset(self) -> None:
+        """Forget everything (the queue is being purged)."""
+        with self._lock:
+            self._candidates = Candidates()
+
+    # ----------------------------------------------------------- receive
+    def receive(
+        self,
+        max_messages: int,
+        vt_ms: int,
+        wait: float,
+        *,
+        stop: threading.Event | None = None,
+        max_receives: int | None = None,
+        exhausted: Callable[[str], None] | None = None,
+    ) -> list[Claim]:
+        """Claim up to ``max_messages`` visible messages, oldest first, waiting
+        up to ``wait`` seconds for one (a long poll).
+
+        A message received more than ``max_receives`` times is handed to
+        ``exhausted`` (its held name) instead. Gives up, claiming nothing more,
+        at the next wake-up (within :data:`STALE_AFTER`) after ``stop`` is set.
+        """
+        deadline = time.monotonic() + wait
+        idle_wakes = 0
+        with storage_errors(f"receiving from {self._store.url}"):
+            while True:
+                if stop is not None and stop.is_set():
+                    return []
+                got = self._claim_available(max_messages, vt_ms, max_receives, exhausted)
+                remaining = deadline - time.monotonic()
+                if got or remaining <= 0:
+                    return got
+                if self._candidates.losses:
+                    # Lost every race: let the winners have this arrival and
+                    # come back when more have arrived, instead of waking with
+                    # every consumer at each one.
+                    time.sleep(min(remaining, random.uniform(0, BACKOFF)))
+                    continue
+                if idle_wakes:
+                    # Woken by changes that brought nothing (other consumers'
+                    # claims): look less often, up to every BACKOFF seconds,
+                    # or idle consumers starve the busy ones of CPU.
+                    time.sleep(min(remaining, BACKOFF * min(idle_wakes, 8) / 8))
+                self._wait(deadline - time.monotonic())
+                idle_wakes += 1
+
+    def _wait(self, remaining: float) -> None:
+        c = self._candidates
+        timeout = min(remaining, STALE_AFTER)
+        next_expiry = c.next_expiry_ms()
+        if next_expiry is not None:
+            timeout = min(timeout, max(0.0, (next_expiry - self._clock.now_ms()) / 1000))
+        self._store.wait_for_change(c.token, timeout)
+
+    def _next_candidate(self, relists: int) -> tuple[str | None, int]:
+        """The next name to try and the listings taken so far; ``None`` when
+        there is none (caller holds the lock)."""
+        store, c = self._store, self._candidates
+        while True:
+            promoted = c.promote_due(self._clock.now_ms())
+            if c.fed and c.feed_due(promoted):
+                changes = store.changes(names.ID_LEN)
+                if changes is None:
+                    c.feed_lost()
+                else:
+                    c.add_changes(changes)
+                c.retry_skipped()
+            if c.due(store, self._clock.elapsed()):
+                if relists == 2:
+                    return None, relists
+                self._relist()
+                relists += 1
+                continue
+            name = c.take()
+            if name is None or name not in c.gone:  # gone: the feed saw another take it
+                return name, relists
+
+    def _claim_available(
+        self,
+        max_messages: int,
+        vt_ms: int,
+        max_receives: int | None,
+        exhausted: Callable[[str], None] | None,
+    ) -> list[Claim]:
+        out: list[Claim] = []
+        # Names this call made invisible join the expiry heap only when it
+        # ends, so a short visibility timeout cannot bring a message back into
+        # the same batch.
+        claimed_ids: set[str] = set()
+        later: list[tuple[str, int]] = []
+        relists = 0
+        try:
+            while len(out) < max_messages:
+                with self._lock:
+                    name, relists = self._next_candidate(relists)
+                    if name is None:
+                        break
+                    if name[: names.ID_LEN] in claimed_ids:  # not again in this batch
+                        parsed = names.parse(name)
+                        if parsed is not None and parsed.expiry_ms is not None:
+                            later.append((name, parsed.expiry_ms))
+                        continue
+                    claimed = self._claim(name, vt_ms)
+                if claimed is None:
+                    continue
+                message_id, held, count, expiry = claimed
+                claimed_ids.add(message_id)
+                later.append((held, expiry))
+                if max_receives is not None and count > max_receives and exhausted is not None:
+                    exhausted(held)
+                    continue
+                try:
+                    body = self._store.read(held)
+                except FileNotFoundError:
+                    continue  # already expired and taken by another receiver
+                out.append(Claim(message_id, held, count, expiry, body))
+        finally:
+            with self._lock:
+                for name, expiry in later:
+                    self._candidates.add_invisible(name, expiry)
+        return self._unexpired(out) if vt_ms else out
+
+    def _unexpired(self, claimed: list[Claim]) -> list[Claim]:
+        """Drop claims whose visibility timeout ran out before the batch returns
+        (slow storage, or slow later claims of the batch): others may hold the
+        message already. It is visible again, with its receive count."""
+        now = self._clock.now_ms()
+        kept = []
+        for claim in claimed:
+            if claim.expiry_ms <= now:
+                log.warning(
+                    "%s: the claim of %s outlasted its visibility timeout",
+                    self._store.url,
+                    claim.name,
+                )
+                continue
+            kept.append(claim)
+        return kept
+
+    def _claim(self, name: str, vt_ms: int) -> tuple[str, str, int, int] | None:
+        """Rename a candidate to held: ``(id, held name, count, expiry)``, ``None`` if lost.
+
+        The caller holds the lock.
+        """
+        parsed = names.parse(name)
+        if (
+            parsed is None
+            or parsed.state == names.NEW
+            or not names.is_visible(parsed, self._clock.now_ms())
+        ):
+            return None  # foreign, or not visible (any more)
+        message_id, count = parsed.id, parsed.receive_count + 1
+        expiry = self._clock.expiry_ms(vt_ms)
+        held = names.next_name(parsed, expiry, count)
+        store = self._store
+        try:
+            store.rename(name, held)
+        except OutcomeUnknown:
+            # Slow enough that a lister may have finished it for us: not
+            # ours to return; if it took effect, the message comes back at
+            # ``held``'s expiry, as from a claimer that died.
+            log.warning("%s: a claim of %s was too slow to tell its outcome", store.url, name)
+            return None
+        except (FileNotFoundError, FileExistsError):
+            skipped = self._candidates.lost(store.renames_cost_requests)
+            log.debug("%s: lost a claim race; skipping %d candidates", store.url, skipped)
+            return None
+        self._candidates.won()
+        return message_id, held, count, expiry
+
+    # ----------------------------------------------------------- listing
+    def _relist(self) -> None:
+        """Refresh the candidates from one listing (caller holds the lock)."""
+        c, store = self._candidates, self._store
+        started = self._clock.elapsed()
+        # Drain (or start) the arrival feed first: with one, every name that
+        # appears during or after this listing is reported, so no name needs
+        # a second look. The first listing goes without: a client that drains
+        # a backlog need not pay for events (its own claims are events too)
+        # until it runs out.
+        fed = c.listed and store.changes(names.ID_LEN) is not None
+        token = store.change_token()
+        listing = self._list(self._clock.now_ms(), fed, c.young)
+        during = store.changes(names.ID_LEN) if fed else None
+        c.refresh(listing, token, during, started, self._clock.elapsed())
+        if listing.stale_new:
+            collect_stale_new(store, listing.stale_new, store.url)
+
+    def _list(self, now_ms: int, fed: bool, seen_young: set[str]) -> Listing:
+        """One listing, sorted out: candidates (ascending), names too young to
+        trust yet, invisible names and their expiry, and stale ``.new`` leftovers."""
+        store = self._store
+        # "~" sorts after every id: with a feed, no name is young.
+        young_before = "~" if fed else f"{now_ms - YOUNG_MS:013d}"
+        stale_before = stale_new_before(now_ms, self._new_grace_ms)
+        visible: list[str] = []
+        young: list[str] = []
+        stale_new: list[str] = []
+        pending: dict[str, int] = {}
+        listed = 0
+        head = HEAD_NAMES if store.lists_in_order else math.inf
+        for name in store.list():
+            listed += 1
+            if len(name) == names.ID_LEN:
+                if name < young_before or name in seen_young:
+                    visible.append(name)
+                else:
+                    young.append(name)
+            elif name.endswith(names.NEW_SUFFIX):
+                if name < stale_before:
+                    stale_new.append(name)
+            elif (parsed := names.parse(name)) is not None and parsed.expiry_ms is not None:
+                if parsed.expiry_ms <= now_ms:
+                    visible.append(name)
+                else:
+                    pending[name] = parsed.expiry_ms
+            if len(visible) + len(young) >= head:
+                break  # in key order: the rest of the backlog is newer
+        visible.sort()
+        return Listing(visible, young, pending, stale_new, listed)
