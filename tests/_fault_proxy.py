@@ -20,6 +20,9 @@ one (``"throttle"`` always does). ``where`` restricts which requests count
 (``where(method, path)``). Every request is logged as an :class:`Exchange`, so
 a test can see what the client sent, and how often. Standard library only.
 
+A :class:`Gate` holds requests until several are in flight together: a
+test that passes only if a client sends them concurrently.
+
 A :class:`Quirk` makes the upstream behave like another S3 server: answer
 some requests with an error of its own (OpenStack Swift's s3api answers 501 to
 a conditional ``PUT``, LocalStack to a conditional ``DELETE``), or forward
@@ -96,6 +99,43 @@ class Quirk:
     drop: frozenset[str] = frozenset()
 
 
+class Gate:
+    """Holds the first requests that ``match(method, path, headers)`` until
+    ``width`` different paths are in flight together (or ``timeout`` seconds
+    passed), then lets every request through; records the most different
+    paths in flight at once (an SDK's retry of a held request is one path).
+
+    Requests sent one after another never overlap: the first waits out the
+    timeout alone, and ``most_in_flight`` stays 1.
+    """
+
+    def __init__(
+        self,
+        match: Callable[[str, str, dict[str, str]], bool],
+        width: int = 2,
+        timeout: float = 10.0,
+    ) -> None:
+        self.match, self.width, self.timeout = match, width, timeout
+        self.most_in_flight = 0
+        self._in_flight: dict[str, int] = {}
+        self._open = False
+        self._changed = threading.Condition()
+
+    def enter(self, path: str) -> None:
+        with self._changed:
+            self._in_flight[path] = self._in_flight.get(path, 0) + 1
+            self.most_in_flight = max(self.most_in_flight, len(self._in_flight))
+            self._open = self._open or len(self._in_flight) >= self.width
+            self._changed.notify_all()
+            self._changed.wait_for(lambda: self._open, self.timeout)
+
+    def leave(self, path: str) -> None:
+        with self._changed:
+            self._in_flight[path] -= 1
+            if not self._in_flight[path]:
+                del self._in_flight[path]
+
+
 @dataclass(frozen=True)
 class Plan:
     """What to do, from which counted request on, to which requests."""
@@ -116,6 +156,7 @@ class FaultProxy:
         self.upstream = (parts.hostname, parts.port)
         self.exchanges: list[Exchange] = []
         self.quirk: Quirk | None = None
+        self.gate: Gate | None = None
         self._plan: Plan | None = None
         self._count = 0
         self._lock = threading.Lock()
@@ -284,7 +325,18 @@ class _Handler(BaseHTTPRequestHandler):
             log(None, False)
             self._reset()
             return
-        status, reason, headers, data = self._forward(body, quirk.drop if quirk else frozenset())
+        gate = proxy.gate
+        if gate is not None and not gate.match(self.command, self.path, dict(self.headers.items())):
+            gate = None
+        if gate is not None:
+            gate.enter(self.path)
+        try:
+            status, reason, headers, data = self._forward(
+                body, quirk.drop if quirk else frozenset()
+            )
+        finally:
+            if gate is not None:
+                gate.leave(self.path)
         if fault == "lost":
             log(None, True)
             self._reset()

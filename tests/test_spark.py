@@ -6,6 +6,7 @@ by Spark itself (the installed ``pyspark_vsqs`` module).
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -31,6 +32,7 @@ from vsqs.spark._options import Options  # noqa: E402
 from vsqs.spark._read import NamesPartition, _bodies, read_partition  # noqa: E402
 from vsqs.spark._stream import QueueStreamReader  # noqa: E402
 
+from ._fault_proxy import FaultProxy, Gate  # noqa: E402
 from .servers import Server  # noqa: E402
 
 
@@ -426,6 +428,31 @@ def test_a_dataframe_is_written_into_an_s3_queue(spark: SparkSession, s3_server:
         leftovers = [n for n in store.io.listing() if not names.parse(n[0])]  # type: ignore[attr-defined]
     assert got == sorted(f"s3 row {i}".encode() for i in range(40))
     assert [n for n, _ in leftovers] == [names.CONFIG_NAME], "staged names or markers were left"
+
+
+def publishing(method: str, path: str, headers: dict[str, str]) -> bool:
+    """The copy of a rename that publishes a staged ``<id>.new`` as a message."""
+    source = {k.lower(): v for k, v in headers.items()}.get("x-amz-copy-source", "")
+    target = path.split("?", 1)[0].rpartition("/")[2]
+    return source.endswith(names.NEW_SUFFIX) and names.parse(target) is not None
+
+
+def test_a_commit_to_s3_renames_concurrently(spark: SparkSession, s3_server: Server) -> None:
+    """Each rename on an object store is several requests: the driver's
+    commit runs them concurrently. The proxy holds the first copy until a
+    second one is in flight, which never happens if they run one at a time."""
+    url = s3_server.url()
+    with FaultProxy(s3_server.storage_options["client_kwargs"]["endpoint_url"]) as proxy:
+        gate = proxy.gate = Gate(publishing)
+        options = copy.deepcopy(s3_server.storage_options)
+        options["client_kwargs"]["endpoint_url"] = proxy.endpoint
+        frame = spark.range(20).select(F.col("id").cast("string").alias("body"))
+        frame.write.format("vsqs").mode("append").option(
+            "storageOptions", json.dumps(options)
+        ).save(url)
+    assert gate.most_in_flight >= 2
+    with vsqs.Queue(url, storage_options=s3_server.storage_options) as q:
+        assert sorted(m.body for m in q.peek(100)) == sorted(b"%d" % i for i in range(20))
 
 
 # ------------------------------------------------------------- registration
