@@ -8,8 +8,7 @@ workers can ship them back to a driver.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 __all__ = [
     "VsqsError",
@@ -89,19 +88,29 @@ class StorageError(VsqsError, OSError):
     """Any other failure of the underlying storage."""
 
 
-@contextmanager
-def storage_errors(where: str | Callable[[], str]) -> Iterator[None]:
+class storage_errors:
     """Re-raise an ``OSError`` of a store as the matching :class:`VsqsError`.
 
     ``where`` says what was being done (a callable is asked only on failure,
     so it can say how far the work got). A ``VsqsError`` passes unchanged.
+    A class named like a function (it is used like one), not a generator:
+    it sits on every receive and acknowledgement.
     """
-    try:
-        yield
-    except VsqsError:
-        raise
-    except OSError as exc:
-        what = where() if callable(where) else where
+
+    __slots__ = ("where",)
+
+    def __init__(self, where: str | Callable[[], str]) -> None:
+        self.where = where
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        if not isinstance(exc, OSError) or isinstance(exc, VsqsError):
+            return
+        what = self.where() if callable(self.where) else self.where
         if isinstance(exc, PermissionError):
             raise QueuePermissionError(f"{what}: {exc}") from exc
         if isinstance(exc, NotADirectoryError):

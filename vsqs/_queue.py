@@ -176,6 +176,8 @@ class Queue:
         )
 
     def _vt_ms(self, visibility_timeout: float | None) -> int:
+        if visibility_timeout is None:  # on every receive: no call
+            return int(self.config.visibility_timeout * 1000)
         return int(worker.visibility_seconds(self, visibility_timeout) * 1000)
 
     # ------------------------------------------------------------ lifecycle
@@ -279,15 +281,18 @@ class Queue:
         return [Message(self, c.id, c.body, c.name, c.receive_count) for c in claims]
 
     # ----------------------------------------------------------- by receipt
+    def _check_own(self, message: Message) -> None:
+        owner = hold(message).queue
+        if owner is not self and owner.url != self.url:
+            raise InvalidArgument("that message belongs to another queue")
+        if message.receipt is None:
+            raise InvalidArgument("a peeked message has no receipt")
+
     def _held(self, msg_or_receipt: Message | str) -> tuple[names.Name, Message | None]:
         """The name a receipt stands for, and the message if one was given (checked to be ours)."""
         if not isinstance(msg_or_receipt, Message):
             return names.parse_receipt(msg_or_receipt), None
-        owner = hold(msg_or_receipt).queue
-        if owner is not self and owner.url != self.url:
-            raise InvalidArgument("that message belongs to another queue")
-        if msg_or_receipt.receipt is None:
-            raise InvalidArgument("a peeked message has no receipt")
+        self._check_own(msg_or_receipt)
         return names.parse_receipt(msg_or_receipt.receipt), msg_or_receipt
 
     @staticmethod
@@ -318,27 +323,29 @@ class Queue:
         no longer current: the message was deleted, or was received again by
         someone else after its visibility timeout.
         """
-        if isinstance(msg_or_receipt, Message):
-            self._held(msg_or_receipt)
-            message: Message | None = msg_or_receipt
-        else:
-            message = None
+        if not isinstance(msg_or_receipt, Message):
             if not names.is_receipt(msg_or_receipt):
                 names.parse_receipt(msg_or_receipt)  # raises InvalidReceipt with the reason
-        with self._locked(message):
-            receipt = message.receipt if message is not None else msg_or_receipt
-            issued = message is not None and receipt is hold(message).issued
-            if message is not None and not issued:
+            self._delete(msg_or_receipt, known=False)
+            return
+        self._check_own(msg_or_receipt)
+        held = hold(msg_or_receipt)
+        with held.lock:
+            receipt = msg_or_receipt.receipt
+            issued = receipt is held.issued
+            if not issued:
                 names.parse_receipt(receipt)  # changed by the caller: untrusted again
-            assert isinstance(receipt, str)
-            with storage_errors(f"deleting from {self.url}"):
-                try:
-                    self._store.delete(receipt, known=issued)
-                except FileNotFoundError:
-                    raise ReceiptExpired(f"cannot delete: {receipt} is no longer current") from None
-            self._receiver.deleted(receipt)
-            if message is not None:
-                hold(message).done = True
+            assert receipt is not None
+            self._delete(receipt, known=issued)
+            held.done = True
+
+    def _delete(self, receipt: str, *, known: bool) -> None:
+        with storage_errors(lambda: f"deleting from {self.url}"):
+            try:
+                self._store.delete(receipt, known=known)
+            except FileNotFoundError:
+                raise ReceiptExpired(f"cannot delete: {receipt} is no longer current") from None
+        self._receiver.deleted(receipt)
 
     def extend(self, msg_or_receipt: Message | str, visibility_timeout: float) -> Message:
         """Keep a received message invisible for ``visibility_timeout`` more seconds from now.

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from . import _names as names
 from ._errors import storage_errors
@@ -294,8 +295,7 @@ class Candidates:
         return exhausted and (self.token is None or store.changed_since(self.token))
 
 
-@dataclass(frozen=True)
-class Claim:
+class Claim(NamedTuple):
     """A message this client now holds: its id, held name, receive count and body."""
 
     id: str
@@ -374,7 +374,7 @@ class Receiver:
         """
         deadline = time.monotonic() + wait
         idle_wakes = 0
-        with storage_errors(f"receiving from {self._store.url}"):
+        with storage_errors(lambda: f"receiving from {self._store.url}"):
             while True:
                 if stop is not None and stop.is_set():
                     return []
@@ -404,12 +404,13 @@ class Receiver:
             timeout = min(timeout, max(0.0, (next_expiry - self._clock.now_ms()) / 1000))
         self._store.wait_for_change(c.token, timeout)
 
-    def _next_candidate(self, relists: int) -> tuple[str | None, int]:
-        """The next name to try and the listings taken so far; ``None`` when
-        there is none (caller holds the lock)."""
+    def _next_candidate(self, relists: int) -> tuple[str | None, int, int]:
+        """The next name to try, the listings taken so far and the time in ms;
+        ``None`` when there is none (caller holds the lock)."""
         store, c = self._store, self._candidates
         while True:
-            promoted = c.promote_due(self._clock.now_ms())
+            now = self._clock.now_ms()
+            promoted = c.promote_due(now)
             if c.fed and c.feed_due(promoted):
                 changes = store.changes(names.ID_LEN)
                 if changes is None:
@@ -419,13 +420,13 @@ class Receiver:
                 c.retry_skipped()
             if c.due(store, self._clock.elapsed()):
                 if relists == 2:
-                    return None, relists
-                self._relist()
+                    return None, relists, now
+                self._relist(now)
                 relists += 1
                 continue
             name = c.take()
             if name is None or name not in c.gone:  # gone: the feed saw another take it
-                return name, relists
+                return name, relists, now
 
     def _claim_available(
         self,
@@ -444,7 +445,7 @@ class Receiver:
         try:
             while len(out) < max_messages:
                 with self._lock:
-                    name, relists = self._next_candidate(relists)
+                    name, relists, now = self._next_candidate(relists)
                     if name is None:
                         break
                     if name[: names.ID_LEN] in claimed_ids:  # not again in this batch
@@ -452,7 +453,7 @@ class Receiver:
                         if parsed is not None and parsed.expiry_ms is not None:
                             later.append((name, parsed.expiry_ms))
                         continue
-                    claimed = self._claim(name, vt_ms)
+                    claimed = self._claim(name, now, vt_ms)
                 if claimed is None:
                     continue
                 message_id, held, count, expiry = claimed
@@ -489,17 +490,13 @@ class Receiver:
             kept.append(claim)
         return kept
 
-    def _claim(self, name: str, vt_ms: int) -> tuple[str, str, int, int] | None:
+    def _claim(self, name: str, now_ms: int, vt_ms: int) -> tuple[str, str, int, int] | None:
         """Rename a candidate to held: ``(id, held name, count, expiry)``, ``None`` if lost.
 
         The caller holds the lock.
         """
         parsed = names.parse(name)
-        if (
-            parsed is None
-            or parsed.state == names.NEW
-            or not names.is_visible(parsed, self._clock.now_ms())
-        ):
+        if parsed is None or parsed.state == names.NEW or not names.is_visible(parsed, now_ms):
             return None  # foreign, or not visible (any more)
         message_id, count = parsed.id, parsed.receive_count + 1
         expiry = self._clock.expiry_ms(vt_ms)
@@ -521,7 +518,7 @@ class Receiver:
         return message_id, held, count, expiry
 
     # ----------------------------------------------------------- listing
-    def _relist(self) -> None:
+    def _relist(self, now_ms: int) -> None:
         """Refresh the candidates from one listing (caller holds the lock)."""
         c, store = self._candidates, self._store
         started = self._clock.elapsed()
@@ -532,7 +529,7 @@ class Receiver:
         # until it runs out.
         fed = c.listed and store.changes(names.ID_LEN) is not None
         token = store.change_token()
-        listing = self._list(self._clock.now_ms(), fed, c.young)
+        listing = self._list(now_ms, fed, c.young)
         during = store.changes(names.ID_LEN) if fed else None
         c.refresh(listing, token, during, started, self._clock.elapsed())
         if listing.stale_new:
