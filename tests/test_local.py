@@ -10,8 +10,7 @@ import pytest
 
 import vsqs
 from vsqs import _names as names
-
-from .queue_tests import QueueTests
+from vsqs.testing import QueueTests
 
 
 class TestLocalStore(QueueTests):

@@ -5,8 +5,7 @@ import pickle
 import pytest
 
 import vsqs
-
-from .queue_tests import QueueTests
+from vsqs.testing import QueueTests
 
 
 class TestMemoryStore(QueueTests):

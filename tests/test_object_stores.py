@@ -10,9 +10,9 @@ import vsqs
 from vsqs import _names as names
 from vsqs._registry import open_store
 from vsqs._store_object import ObjectStore
+from vsqs.testing import QueueTests
 
 from . import _workers
-from .queue_tests import QueueTests
 from .servers import Server
 from .test_processes import check_race, run_race
 
