@@ -13,20 +13,16 @@ from vsqs._store_object import ObjectStore
 from vsqs.testing import QueueTests
 
 from . import _workers
+from .backends import BY_ID, OnBackend, Place
 from .servers import Server
 from .test_processes import check_race, run_race
 
 
-class ObjectStoreTests(QueueTests):
-    server_fixture = ""
-
+class ObjectStoreTests(OnBackend, QueueTests):
     @pytest.fixture
-    def server(self, request: pytest.FixtureRequest) -> Server:
-        return request.getfixturevalue(self.server_fixture)  # type: ignore[no-any-return]
-
-    @pytest.fixture
-    def store(self, server: Server) -> vsqs.Store:
-        return open_store(server.url(), server.storage_options)
+    def server(self, place: Place) -> Server:
+        assert place.server is not None
+        return place.server
 
     def test_list_queues_under_a_prefix(self, server: Server) -> None:
         prefix = server.url().rpartition("/")[0]
@@ -41,13 +37,13 @@ class ObjectStoreTests(QueueTests):
 
 
 class TestS3(ObjectStoreTests):
-    server_fixture = "s3_server"
+    backend = BY_ID["s3"]
 
 
 class TestCephRGW(ObjectStoreTests):
     """A real S3 server that honours exclusive creates and no other condition."""
 
-    server_fixture = "ceph_server"
+    backend = BY_ID["ceph"]
 
     def test_the_probe_finds_exclusive_creates(self, server: Server) -> None:
         with vsqs.Queue(server.url(), storage_options=server.storage_options) as q:
@@ -55,11 +51,11 @@ class TestCephRGW(ObjectStoreTests):
 
 
 class TestGCS(ObjectStoreTests):
-    server_fixture = "gcs_server"
+    backend = BY_ID["gcs"]
 
 
 class TestMemoryURL(ObjectStoreTests):
-    server_fixture = "memory_server"
+    backend = BY_ID["memory-url"]
 
 
 # ------------------------------------------------------------------ races
