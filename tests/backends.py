@@ -9,6 +9,7 @@ from :class:`OnBackend`.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,9 @@ class Backend:
     sends_differ_by_durability: bool = False
     #: Receivers learn of arrivals from an ``inotify`` feed, not by listing.
     feed: bool = False
+    #: Its queues live in buckets, which vsqs never creates (other object
+    #: stores' prefixes always exist): a missing bucket is a missing container.
+    bucketed: bool = False
     #: Runs in this process: no server process, no network.
     in_process: bool = True
     #: Runs the exhaustive sweeps (a crash or a fault at every request, every
@@ -74,7 +78,9 @@ def _local(id: str, *, feed: bool, variant_of: str | None = None) -> Backend:
 
 def _served(id: str, *, sweeps: bool) -> Backend:
     """An object store in a bucket of a server process (fixture ``<id>_server``)."""
-    return Backend(id, "object", f"{id}_server", durable=True, in_process=False, sweeps=sweeps)
+    return Backend(
+        id, "object", f"{id}_server", durable=True, bucketed=True, in_process=False, sweeps=sweeps
+    )
 
 
 #: Every backend, in the order of test ids.
@@ -172,6 +178,18 @@ class Place:
             if store is not self.location:
                 store.close()
 
+    def missing_store(self) -> vsqs.Store | None:
+        """A store of this backend whose container does not exist (``None``: all exist)."""
+        if self.server is None:
+            missing = self.store().sibling(f"missing-{uuid.uuid4().hex[:12]}")
+        elif self.backend.bucketed:
+            bucket = f"{self.server.root}-missing-{uuid.uuid4().hex[:8]}"
+            missing = open_store(f"{bucket}/q", self.storage_options)
+        else:
+            return None
+        self._opened.append(missing)
+        return missing
+
     def close(self) -> None:
         while self._opened:
             self._opened.pop().close()
@@ -191,3 +209,7 @@ class OnBackend:
     @pytest.fixture
     def store(self, place: Place) -> vsqs.Store:
         return place.store()
+
+    @pytest.fixture
+    def missing_store(self, place: Place) -> vsqs.Store | None:
+        return place.missing_store()

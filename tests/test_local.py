@@ -10,12 +10,12 @@ import pytest
 
 import vsqs
 from vsqs import _names as names
-from vsqs.testing import QueueTests
+from vsqs.testing import QueueTests, StoreTests
 
 from .backends import BY_ID, OnBackend
 
 
-class TestLocalStore(OnBackend, QueueTests):
+class TestLocalStore(OnBackend, QueueTests, StoreTests):
     backend = BY_ID["local"]
 
 
@@ -119,7 +119,7 @@ def test_message_files_do_not_widen_permissions(tmp_path: Path) -> None:
         os.umask(old)
 
 
-class TestLocalStoreWithoutNotifications(OnBackend, QueueTests):
+class TestLocalStoreWithoutNotifications(OnBackend, QueueTests, StoreTests):
     """The same contract where receivers must list to see arrivals (as on shared disks)."""
 
     backend = BY_ID["local-no-feed"]

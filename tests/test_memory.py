@@ -5,12 +5,12 @@ import pickle
 import pytest
 
 import vsqs
-from vsqs.testing import QueueTests
+from vsqs.testing import QueueTests, StoreTests
 
 from .backends import BY_ID, OnBackend
 
 
-class TestMemoryStore(OnBackend, QueueTests):
+class TestMemoryStore(OnBackend, QueueTests, StoreTests):
     backend = BY_ID["memory"]
 
 

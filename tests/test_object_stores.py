@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -10,7 +12,7 @@ import vsqs
 from vsqs import _names as names
 from vsqs._registry import open_store
 from vsqs._store_object import ObjectStore
-from vsqs.testing import QueueTests
+from vsqs.testing import QueueTests, StoreTests
 
 from . import _workers
 from .backends import BY_ID, OnBackend, Place
@@ -18,7 +20,22 @@ from .servers import Server
 from .test_processes import check_race, run_race
 
 
-class ObjectStoreTests(OnBackend, QueueTests):
+class ObjectStoreTests(OnBackend, QueueTests, StoreTests):
+    known_failures: ClassVar[Mapping[str, str]] = {
+        "test_rename_refuses_an_existing_destination": (
+            "ObjectStore.rename copies over an existing destination (it relies on names "
+            "never recurring) instead of raising FileExistsError"
+        ),
+        "test_delete_of_a_known_name_that_is_gone_raises_file_not_found": (
+            "ObjectStore.delete(known=True) of a name outside the grammar (the config "
+            "object) that is gone returns silently instead of raising FileNotFoundError"
+        ),
+        "test_ensure_without_create_reports_a_missing_container": (
+            "ObjectStore.ensure(False) raises QueueNotFound for a missing bucket instead "
+            "of returning False"
+        ),
+    }
+
     @pytest.fixture
     def server(self, place: Place) -> Server:
         assert place.server is not None

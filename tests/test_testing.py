@@ -34,7 +34,7 @@ def test_without_pytest_vsqs_testing_says_what_to_install() -> None:
 
 
 def test_the_suites_and_the_clock_are_public() -> None:
-    assert vsqs.testing.__all__ == ["FakeClock", "QueueTests"]
+    assert vsqs.testing.__all__ == ["FakeClock", "QueueTests", "StoreTests"]
     assert vsqs.testing.QueueTests.__module__ == "vsqs.testing._queue_tests"
     clock = vsqs.testing.FakeClock(10.0)
     clock.advance(2.5)

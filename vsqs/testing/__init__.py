@@ -1,21 +1,26 @@
-"""The conformance suite for :class:`vsqs.Store` implementations (needs pytest).
+"""Conformance suites for :class:`vsqs.Store` implementations (needs pytest).
 
-A store's test module subclasses :class:`QueueTests` (the whole
-:class:`vsqs.Queue` API on the store) and provides one fixture, ``store``: a
-fresh, empty store (its container need not exist yet) whose
+A store's test module subclasses the suites and provides one fixture,
+``store``: a fresh, empty store (its container need not exist yet) whose
 ``sibling(name)`` reaches other queues of the same backend::
 
     import pytest
-    from vsqs.testing import QueueTests
+    from vsqs.testing import QueueTests, StoreTests
 
-    class TestMyStore(QueueTests):
+    class TestMyStore(QueueTests, StoreTests):
         @pytest.fixture
         def store(self, tmp_path):
             return MyStore(tmp_path / "q")
 
-:class:`FakeClock` is the clock the suite injects (fixture ``clock``). Tests
-the store is known to fail go in ``known_failures``, ``{test name: reason}``,
-and then run as strict ``xfail``.
+* :class:`QueueTests` runs the whole :class:`vsqs.Queue` API on the store;
+* :class:`StoreTests` checks the :class:`vsqs.Store` contract on the store
+  itself: exclusive creates, exact reads, no-replace renames of which exactly
+  one of many racing wins, deletes, listings, change tokens, siblings and
+  thread safety;
+* :class:`FakeClock` is the clock the suites inject (fixture ``clock``).
+
+Both take ``known_failures``: ``{test name: reason}`` of tests the store is
+known to fail, which then run as strict ``xfail``.
 
 This module imports pytest (``pip install 'vsqs[test]'``); ``import vsqs``
 never does.
@@ -28,10 +33,13 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("vsqs.testing needs pytest: pip install 'vsqs[test]'") from exc
 
-# Plain ``assert`` in the suite explains its failures, as in a test module.
-pytest.register_assert_rewrite("vsqs.testing._queue_tests", "vsqs.testing._suite")
+# Plain ``assert`` in the suites explains its failures, as in a test module.
+pytest.register_assert_rewrite(
+    "vsqs.testing._queue_tests", "vsqs.testing._store_tests", "vsqs.testing._suite"
+)
 
 from ._clock import FakeClock  # noqa: E402
 from ._queue_tests import QueueTests  # noqa: E402
+from ._store_tests import StoreTests  # noqa: E402
 
-__all__ = ["FakeClock", "QueueTests"]
+__all__ = ["FakeClock", "QueueTests", "StoreTests"]
