@@ -23,16 +23,17 @@ from .test_processes import check_race, run_race
 class ObjectStoreTests(OnBackend, QueueTests, StoreTests):
     known_failures: ClassVar[Mapping[str, str]] = {
         "test_rename_refuses_an_existing_destination": (
-            "ObjectStore.rename copies over an existing destination (it relies on names "
-            "never recurring) instead of raising FileExistsError"
+            "BUG: ObjectStore.rename copies over an existing destination instead of raising "
+            "FileExistsError (harmless to the queue, whose names never recur); proposed: say "
+            "so in Store.rename's contract for unique_names stores"
         ),
         "test_delete_of_a_known_name_that_is_gone_raises_file_not_found": (
-            "ObjectStore.delete(known=True) of a name outside the grammar (the config "
-            "object) that is gone returns silently instead of raising FileNotFoundError"
+            "BUG: ObjectStore.delete(name, known=True) of a gone name outside the grammar (the "
+            "config object) returns silently; proposed: HEAD such names even when known"
         ),
         "test_ensure_without_create_reports_a_missing_container": (
-            "ObjectStore.ensure(False) raises QueueNotFound for a missing bucket instead "
-            "of returning False"
+            "BUG: ObjectStore.ensure(False) raises QueueNotFound for a missing bucket instead "
+            "of returning False; proposed: return False (Queue raises QueueNotFound for it)"
         ),
     }
 
