@@ -45,6 +45,7 @@ from vsqs import _store_object, _store_s3
 from vsqs._registry import open_store
 from vsqs._store_object import ObjectStore
 
+from .backends import Place, params, select
 from .servers import Server
 from .test_object_faults import Interleave
 
@@ -86,58 +87,26 @@ class HostClock:
 class Shared:
     """One queue's storage; :meth:`client` opens one more client on it (a host)."""
 
-    def __init__(self, kind: str, location: Any, url: str | None = None) -> None:
-        self.kind, self.location, self.url = kind, location, url
-        self.opened: list[vsqs.Queue] = []
-        self.stores: list[vsqs.Store] = []
+    def __init__(self, place: Place) -> None:
+        self.place = place
 
     def client(self, clock: HostClock, **options: Any) -> vsqs.Queue:
-        location = self.location
-        if self.kind == "local-no-feed":  # one store per client, as per host
-            location = vsqs.LocalStore(location, notifications=False)
-            self.stores.append(location)
-        queue = vsqs.Queue(location, clock=clock, visibility_timeout=VT_MS / 1000, **options)
-        self.opened.append(queue)
-        return queue
+        return self.place.queue(clock=clock, visibility_timeout=VT_MS / 1000, **options)
 
     def names(self) -> list[str]:
         """The queue's message names now, from a fresh listing."""
-        if self.kind.startswith("local"):
-            listed = os.listdir(self.location)
-        elif self.kind == "memory":
-            listed = list(self.location.list())
-        else:
-            store = open_store(self.url, None)
-            try:
-                listed = list(store.list())
-            finally:
-                store.close()
-        return sorted(n for n in listed if n != names.CONFIG_NAME)
-
-    def close(self) -> None:
-        for queue in self.opened:
-            queue.close()
-        for store in self.stores:
-            store.close()
+        return [n for n in self.place.names() if n != names.CONFIG_NAME]
 
 
-@pytest.fixture(params=["local", "local-no-feed", "memory", "object"])
-def shared(
-    request: pytest.FixtureRequest, tmp_path: Path, memory_server: Server
-) -> Iterator[Shared]:
-    """A queue on a local directory (with and without an ``inotify`` feed), a
-    ``MemoryStore`` or ``memory://``."""
-    if request.param.startswith("local"):
-        storage = Shared(request.param, str(tmp_path / "q"))
-    elif request.param == "memory":
-        storage = Shared("memory", vsqs.MemoryStore())
-    else:
-        url = memory_server.url()
-        storage = Shared("object", url, url)
+@pytest.fixture(params=params(select(in_process=True)))
+def shared(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Shared]:
+    """A queue on every backend in this process: a local directory (with and
+    without an ``inotify`` feed), a ``MemoryStore`` and ``memory://``."""
+    place = request.param.place(request, tmp_path)
     try:
-        yield storage
+        yield Shared(place)
     finally:
-        storage.close()
+        place.close()
 
 
 def test_the_injected_clocks_are_exact_to_the_ms() -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ import pytest
 import vsqs
 from vsqs import _names as names
 
+from .backends import select, send_modes
 from .conftest import FakeClock
 
 
@@ -227,12 +228,15 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
-@pytest.fixture(params=["memory", "local", "local-not-durable"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[vsqs.Store, bool]:
+@pytest.fixture(params=send_modes(select(object_store=False, sweeps=True, variants=False)))
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[vsqs.Store, bool]]:
     """A store and whether the crashing client sends durably (local stages only then)."""
-    if request.param == "memory":
-        return vsqs.MemoryStore("q"), True
-    return vsqs.LocalStore(str(tmp_path / "q")), request.param == "local"
+    kind, durable = request.param
+    place = kind.place(request, tmp_path)
+    try:
+        yield place.store(), durable
+    finally:
+        place.close()
 
 
 def open_pair(

@@ -11,14 +11,13 @@ import pytest
 import vsqs
 from vsqs import _names as names
 from vsqs._receiver import YOUNG_MS
+from vsqs.testing import QueueTests, StoreTests
 
-from .queue_tests import QueueTests
+from .backends import BY_ID, OnBackend
 
 
-class TestLocalStore(QueueTests):
-    @pytest.fixture
-    def store(self, tmp_path: Path) -> vsqs.Store:
-        return vsqs.LocalStore(str(tmp_path / "q"))
+class TestLocalStore(OnBackend, QueueTests, StoreTests):
+    backend = BY_ID["local"]
 
 
 def test_queue_by_path_and_file_url(tmp_path: Path) -> None:
@@ -121,12 +120,10 @@ def test_message_files_do_not_widen_permissions(tmp_path: Path) -> None:
         os.umask(old)
 
 
-class TestLocalStoreWithoutNotifications(QueueTests):
+class TestLocalStoreWithoutNotifications(OnBackend, QueueTests, StoreTests):
     """The same contract where receivers must list to see arrivals (as on shared disks)."""
 
-    @pytest.fixture
-    def store(self, tmp_path: Path) -> vsqs.Store:
-        return vsqs.LocalStore(str(tmp_path / "q"), notifications=False)
+    backend = BY_ID["local-no-feed"]
 
 
 class CountingStore(vsqs.LocalStore):

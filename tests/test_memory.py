@@ -5,14 +5,13 @@ import pickle
 import pytest
 
 import vsqs
+from vsqs.testing import QueueTests, StoreTests
 
-from .queue_tests import QueueTests
+from .backends import BY_ID, OnBackend
 
 
-class TestMemoryStore(QueueTests):
-    @pytest.fixture
-    def store(self) -> vsqs.Store:
-        return vsqs.MemoryStore("q")
+class TestMemoryStore(OnBackend, QueueTests, StoreTests):
+    backend = BY_ID["memory"]
 
 
 def test_memory_stores_are_per_instance() -> None:

@@ -31,6 +31,7 @@ from vsqs import _store_object
 from vsqs._registry import open_store
 from vsqs._store_object import ObjectIO, ObjectStore
 
+from .backends import params, select
 from .conftest import FakeClock
 from .servers import Server
 from .test_crashes import SCENARIOS, Crash, Expect, open_pair, recover_and_check
@@ -129,9 +130,9 @@ class Interleave(FaultyIO):
             meanwhile()
 
 
-@pytest.fixture(params=["s3", "memory"])
+@pytest.fixture(params=params(select(object_store=True, sweeps=True)))
 def server(request: pytest.FixtureRequest) -> Server:
-    return request.getfixturevalue(f"{request.param}_server")  # type: ignore[no-any-return]
+    return request.getfixturevalue(request.param.server)  # type: ignore[no-any-return]
 
 
 @pytest.fixture(autouse=True)

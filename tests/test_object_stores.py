@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -10,23 +12,35 @@ import vsqs
 from vsqs import _names as names
 from vsqs._registry import open_store
 from vsqs._store_object import ObjectStore
+from vsqs.testing import QueueTests, StoreTests
 
 from . import _workers
-from .queue_tests import QueueTests
+from .backends import BY_ID, OnBackend, Place
 from .servers import Server
 from .test_processes import check_race, run_race
 
 
-class ObjectStoreTests(QueueTests):
-    server_fixture = ""
+class ObjectStoreTests(OnBackend, QueueTests, StoreTests):
+    known_failures: ClassVar[Mapping[str, str]] = {
+        "test_rename_refuses_an_existing_destination": (
+            "BUG: ObjectStore.rename copies over an existing destination instead of raising "
+            "FileExistsError (harmless to the queue, whose names never recur); proposed: say "
+            "so in Store.rename's contract for unique_names stores"
+        ),
+        "test_delete_of_a_known_name_that_is_gone_raises_file_not_found": (
+            "BUG: ObjectStore.delete(name, known=True) of a gone name outside the grammar (the "
+            "config object) returns silently; proposed: HEAD such names even when known"
+        ),
+        "test_ensure_without_create_reports_a_missing_container": (
+            "BUG: ObjectStore.ensure(False) raises QueueNotFound for a missing bucket instead "
+            "of returning False; proposed: return False (Queue raises QueueNotFound for it)"
+        ),
+    }
 
     @pytest.fixture
-    def server(self, request: pytest.FixtureRequest) -> Server:
-        return request.getfixturevalue(self.server_fixture)  # type: ignore[no-any-return]
-
-    @pytest.fixture
-    def store(self, server: Server) -> vsqs.Store:
-        return open_store(server.url(), server.storage_options)
+    def server(self, place: Place) -> Server:
+        assert place.server is not None
+        return place.server
 
     def test_list_queues_under_a_prefix(self, server: Server) -> None:
         prefix = server.url().rpartition("/")[0]
@@ -41,13 +55,13 @@ class ObjectStoreTests(QueueTests):
 
 
 class TestS3(ObjectStoreTests):
-    server_fixture = "s3_server"
+    backend = BY_ID["s3"]
 
 
 class TestCephRGW(ObjectStoreTests):
     """A real S3 server that honours exclusive creates and no other condition."""
 
-    server_fixture = "ceph_server"
+    backend = BY_ID["ceph"]
 
     def test_the_probe_finds_exclusive_creates(self, server: Server) -> None:
         with vsqs.Queue(server.url(), storage_options=server.storage_options) as q:
@@ -55,11 +69,11 @@ class TestCephRGW(ObjectStoreTests):
 
 
 class TestGCS(ObjectStoreTests):
-    server_fixture = "gcs_server"
+    backend = BY_ID["gcs"]
 
 
 class TestMemoryURL(ObjectStoreTests):
-    server_fixture = "memory_server"
+    backend = BY_ID["memory-url"]
 
 
 # ------------------------------------------------------------------ races

@@ -43,7 +43,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -52,6 +51,7 @@ from vsqs import _names as names
 from vsqs._message import Body
 from vsqs._store_local import _READ_CHUNK, _read_whole
 
+from .backends import select, send_modes
 from .conftest import FakeClock
 from .servers import Server
 
@@ -88,34 +88,16 @@ def expected_bytes(body: Body) -> bytes:
     return body.encode() if isinstance(body, str) else bytes(body)
 
 
-BACKENDS = ["local-durable", "local-not-durable", "memory-store", "memory-url", "s3"]
-
-
-def open_queue(kind: str, request: pytest.FixtureRequest, tmp_path: Path, **kw: Any) -> vsqs.Queue:
-    """A fresh queue of one backend kind (servers come from their session fixtures)."""
-    target: object
-    options: dict[str, Any] | None = None
-    if kind.startswith("local"):
-        target = tmp_path / "q"
-    elif kind == "memory-store":
-        target = vsqs.MemoryStore()
-    else:
-        server: Server = request.getfixturevalue("s3_server" if kind == "s3" else "memory_server")
-        target, options = server.url(), server.storage_options
-    return vsqs.Queue(
-        target,
-        storage_options=options,
-        durable=kind != "local-not-durable",
-        visibility_timeout=30,
-        **kw,
-    )
-
-
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=send_modes(select(sweeps=True, variants=False)))
 def queue(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Iterator[vsqs.Queue]:
-    """A fresh, empty queue of every backend, on a fake clock."""
-    with open_queue(request.param, request, tmp_path, clock=clock) as q:
-        yield q
+    """A fresh, empty queue of every store (local with durable and other sends), on a fake clock."""
+    backend, durable = request.param
+    place = backend.place(request, tmp_path)
+    try:
+        with place.queue(clock=clock, durable=durable, visibility_timeout=30) as q:
+            yield q
+    finally:
+        place.close()
 
 
 def sent_at(clock: FakeClock) -> datetime:

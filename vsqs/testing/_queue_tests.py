@@ -1,42 +1,45 @@
-"""The conformance suite every backend runs (zarr's ``StoreTests`` pattern).
-
-A backend's test module subclasses :class:`QueueTests` and provides the
-``store`` fixture: a fresh, empty :class:`vsqs.Store` whose ``sibling()``
-reaches other queues of the same backend.
-"""
+"""The queue-level conformance suite: the whole :class:`vsqs.Queue` API on one store."""
 
 from __future__ import annotations
 
 import math
 import threading
 import time
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
 import vsqs
 from vsqs import _names as names
 
-from .conftest import FakeClock
+from ._clock import FakeClock
+from ._suite import Suite
 
 
 def listing(store: vsqs.Store) -> list[str]:
     return sorted(store.list())
 
 
-class QueueTests:
-    @pytest.fixture
-    def store(self) -> vsqs.Store:
-        raise NotImplementedError("a backend's test class provides the store fixture")
+class QueueTests(Suite):
+    """Every promise of :class:`vsqs.Queue`, on the backend's ``store``.
+
+    Most tests run on a fake clock, with durable and with non-durable sends
+    (stores may publish them differently); long polls and the worker helper
+    run on the real clock and take a few seconds in all.
+    """
 
     @pytest.fixture(params=[True, False], ids=["durable", "not-durable"])
-    def q(self, store: vsqs.Store, clock: FakeClock, request: pytest.FixtureRequest) -> vsqs.Queue:
+    def q(
+        self, store: vsqs.Store, clock: FakeClock, request: pytest.FixtureRequest
+    ) -> Iterator[vsqs.Queue]:
         """A queue on a fake clock; sends durable or not (local stores publish differently)."""
         with vsqs.Queue(store, clock=clock, visibility_timeout=30, durable=request.param) as queue:
             yield queue
 
     @pytest.fixture
-    def live(self, store: vsqs.Store) -> vsqs.Queue:
+    def live(self, store: vsqs.Store) -> Iterator[vsqs.Queue]:
         """A queue on the real clock, for long polls and the worker helper."""
         with vsqs.Queue(store, visibility_timeout=30) as queue:
             yield queue
@@ -46,11 +49,13 @@ class QueueTests:
         "body",
         [b"bytes", "text \u00e9", bytearray(b"ba"), memoryview(b"mv"), b"", b"\x00\xff" * 100],
     )
-    def test_round_trip_keeps_the_exact_bytes(self, q: vsqs.Queue, body: object) -> None:
-        message_id = q.send(body)  # type: ignore[arg-type]
+    def test_round_trip_keeps_the_exact_bytes(
+        self, q: vsqs.Queue, body: bytes | bytearray | memoryview | str
+    ) -> None:
+        message_id = q.send(body)
         msg = q.receive()
         assert msg is not None
-        expected = body.encode() if isinstance(body, str) else bytes(body)  # type: ignore[arg-type]
+        expected = body.encode() if isinstance(body, str) else bytes(body)
         assert msg.body == expected and isinstance(msg.body, bytes)
         assert msg.id == message_id and msg.receive_count == 1
         assert q.receive() is None
@@ -76,7 +81,8 @@ class QueueTests:
         self, q: vsqs.Queue
     ) -> None:
         assert q.send_batch([]) == []
-        ids = q.send_batch(iter([b"1", "2", bytearray(b"3")]))
+        bodies: list[bytes | bytearray | str] = [b"1", "2", bytearray(b"3")]
+        ids = q.send_batch(iter(bodies))
         assert ids == sorted(ids) and len(set(ids)) == 3
         assert [m.body for m in q.receive_batch(10)] == [b"1", b"2", b"3"]
 
@@ -531,7 +537,8 @@ class QueueTests:
     ) -> None:
         q.send(b"x")
         before = listing(store)
-        for operation in (q.delete, lambda r: q.extend(r, 5), q.release):
+        operations: list[Callable[[Any], object]] = [q.delete, lambda r: q.extend(r, 5), q.release]
+        for operation in operations:
             with pytest.raises(vsqs.InvalidReceipt):
                 operation(receipt)
         assert listing(store) == before
@@ -569,7 +576,7 @@ class QueueTests:
         msg = q.receive()
         assert msg is not None
         before = listing(store)
-        calls = [
+        calls: list[Callable[[], object]] = [
             lambda: q.send(b"y", delay=value),  # type: ignore[arg-type]
             lambda: q.receive(visibility_timeout=value),  # type: ignore[arg-type]
             lambda: q.receive(wait=value),  # type: ignore[arg-type]

@@ -1,0 +1,39 @@
+"""What both conformance suites share: the fixtures a backend provides or gets."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import ClassVar
+
+import pytest
+
+from .._store import Store
+from ._clock import FakeClock
+
+
+class Suite:
+    """Base of :class:`~vsqs.testing.QueueTests` and :class:`~vsqs.testing.StoreTests`.
+
+    A backend's test class provides the ``store`` fixture: a fresh, empty
+    :class:`vsqs.Store` (its container need not exist yet) whose ``sibling()``
+    reaches other queues of the same backend.
+    """
+
+    #: Tests this backend is known to fail, by test function name, with the
+    #: reason; they run as strict ``xfail``, so a fix shows up as a failure.
+    known_failures: ClassVar[Mapping[str, str]] = {}
+
+    @pytest.fixture
+    def store(self) -> Store:
+        raise NotImplementedError("a backend's test class provides the store fixture")
+
+    @pytest.fixture
+    def clock(self) -> FakeClock:
+        """A fake clock at a fixed time (2025-06-15), moved only by ``advance``."""
+        return FakeClock()
+
+    @pytest.fixture(autouse=True)
+    def _mark_known_failure(self, request: pytest.FixtureRequest) -> None:
+        reason = self.known_failures.get(request.node.originalname)
+        if reason is not None:
+            request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
