@@ -6,6 +6,9 @@ from vsqs.testing import FakeClock
 
 from .servers import ceph_server, gcs_server, memory_server, s3_server
 
+#: ``pytester`` runs the shipped conformance suites on a third-party store.
+pytest_plugins = ["pytester"]
+
 __all__ = ["FakeClock", "ceph_server", "clock", "gcs_server", "memory_server", "s3_server"]
 
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 
@@ -21,22 +19,6 @@ from .test_processes import check_race, run_race
 
 
 class ObjectStoreTests(OnBackend, QueueTests, StoreTests):
-    known_failures: ClassVar[Mapping[str, str]] = {
-        "test_rename_refuses_an_existing_destination": (
-            "BUG: ObjectStore.rename copies over an existing destination instead of raising "
-            "FileExistsError (harmless to the queue, whose names never recur); proposed: say "
-            "so in Store.rename's contract for unique_names stores"
-        ),
-        "test_delete_of_a_known_name_that_is_gone_raises_file_not_found": (
-            "BUG: ObjectStore.delete(name, known=True) of a gone name outside the grammar (the "
-            "config object) returns silently; proposed: HEAD such names even when known"
-        ),
-        "test_ensure_without_create_reports_a_missing_container": (
-            "BUG: ObjectStore.ensure(False) raises QueueNotFound for a missing bucket instead "
-            "of returning False; proposed: return False (Queue raises QueueNotFound for it)"
-        ),
-    }
-
     @pytest.fixture
     def server(self, place: Place) -> Server:
         assert place.server is not None

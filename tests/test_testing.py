@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import vsqs
 import vsqs.testing
 
@@ -39,3 +41,42 @@ def test_the_suites_and_the_clock_are_public() -> None:
     clock = vsqs.testing.FakeClock(10.0)
     clock.advance(2.5)
     assert clock() == 12.5
+
+
+def test_a_known_failure_runs_as_a_strict_xfail(pytester: pytest.Pytester) -> None:
+    """A backend lists what it fails; once it passes, the suite says so (XPASS strict)."""
+    pytester.makepyfile(
+        test_third_party="""
+        import pytest
+        import vsqs
+        from vsqs.testing import StoreTests
+
+
+        class BlindRename(vsqs.MemoryStore):
+            def rename(self, src, dst):  # overwrites: breaks the contract
+                data = self.read(src)
+                self.delete(src)
+                try:
+                    self.delete(dst)
+                except FileNotFoundError:
+                    pass
+                self.write_new(dst, data, fsync=False)
+
+
+        class TestBroken(StoreTests):
+            known_failures = {"test_rename_refuses_an_existing_destination": "overwrites"}
+
+            @pytest.fixture
+            def store(self):
+                return BlindRename()
+
+
+        class TestFixed(TestBroken):
+            @pytest.fixture
+            def store(self):
+                return vsqs.MemoryStore()
+        """
+    )
+    result = pytester.runpytest("-k", "refuses_an_existing_destination", "-p", "no:cacheprovider")
+    result.assert_outcomes(xfailed=1, failed=1)
+    result.stdout.fnmatch_lines(["*XPASS(strict)*overwrites*", "FAILED*TestFixed*"])

@@ -72,7 +72,9 @@ class Store(ABC):
         """Check the queue's container exists, creating it if ``create``.
 
         Returns whether it exists afterwards. Raises ``NotADirectoryError`` if
-        the location holds something that is not a container.
+        the location holds something that is not a container. A store that
+        never creates its container (a bucket) may raise
+        :class:`vsqs.QueueNotFound` saying so instead of returning ``False``.
         """
 
     @abstractmethod
@@ -127,7 +129,9 @@ class Store(ABC):
 
         ``FileNotFoundError`` if ``src`` is gone (another client won the race),
         ``FileExistsError`` if ``dst`` exists, :class:`OutcomeUnknown` if a
-        slow request leaves the outcome unknown (object stores).
+        slow request leaves the outcome unknown (object stores). Where
+        :attr:`unique_names` holds, the queue never renames onto a name that
+        exists, and the store need not check ``dst`` (it costs a request).
         """
 
     @abstractmethod
@@ -135,7 +139,9 @@ class Store(ABC):
         """Remove ``name``; ``FileNotFoundError`` if it is gone.
 
         ``known``: the caller made or listed the name (it is no untrusted
-        input), which spares object stores a request.
+        input), which spares object stores a request. A message name that is
+        gone still raises; where renames cost requests, a known name outside
+        the message grammar (the config object) may be deleted blind.
         """
 
     def creates_atomically(self, fsync: bool) -> bool:

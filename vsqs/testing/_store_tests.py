@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 import vsqs
+from vsqs import QueueNotFound
 from vsqs import _names as names
 
 from ._suite import Suite
@@ -149,8 +150,11 @@ class StoreTests(Suite):
     ) -> None:
         if missing_store is None:
             pytest.skip("every container of this backend exists")
-        assert missing_store.ensure(False) is False
-        assert missing_store.ensure(False) is False  # and it did not create it
+        for _ in range(2):  # and it did not create it
+            try:
+                assert missing_store.ensure(False) is False
+            except QueueNotFound as exc:  # a container the store never creates (a bucket)
+                assert str(exc), "the error says why"
 
     def test_ensure_creates_the_container_of_a_sibling(self, opened: vsqs.Store) -> None:
         sibling = opened.sibling(fresh_queue("new"))
@@ -249,6 +253,8 @@ class StoreTests(Suite):
                 opened.read(gone)
 
     def test_rename_refuses_an_existing_destination(self, opened: vsqs.Store) -> None:
+        if opened.unique_names:
+            pytest.skip("unique_names: the queue never renames onto an existing name")
         source = ready()
         target = held(source)
         opened.write_new(source, b"source", fsync=False)
@@ -303,9 +309,10 @@ class StoreTests(Suite):
     def test_delete_of_a_known_name_that_is_gone_raises_file_not_found(
         self, opened: vsqs.Store
     ) -> None:
-        """``known`` spares a request, not the answer: a name the caller listed
-        that is gone by now raises, a message's name or the config object."""
-        for name in (ready(), names.CONFIG_NAME):
+        """``known`` spares a request, not the answer: a message name the
+        caller listed that is gone by now raises (the config object too, where
+        deletes of it are not blind)."""
+        for name in (ready(), *([] if opened.renames_cost_requests else [names.CONFIG_NAME])):
             opened.write_new(name, b"x", fsync=False)
             opened.delete(name, known=True)
             with pytest.raises(FileNotFoundError):
