@@ -843,7 +843,7 @@ def test_gc_repairs_and_reports_what_a_crash_at_any_request_left(
                     dying.delete(held.receipt)  # type: ignore[arg-type]
                 else:
                     dying.extend(held.receipt, 600)  # type: ignore[arg-type]
-                dying._store.flush()
+                dying.store.flush()
             except Crash:
                 pass
             else:
