@@ -61,8 +61,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    if name == "aio":  # ``vsqs.aio`` without importing asyncio for every user
+    if name in ("aio", "stores"):  # without importing asyncio or fsspec for every user
         import importlib
 
-        return importlib.import_module("vsqs.aio")
+        return importlib.import_module(f"vsqs.{name}")
     raise AttributeError(f"module 'vsqs' has no attribute {name!r}")

@@ -1,19 +1,27 @@
 """Which store serves a queue location.
 
-Local paths and ``file://`` URLs are directories (:class:`LocalStore`). Any
-other ``scheme://`` URL is an object store reached through fsspec; its package
-is imported only then, and a missing one is reported with the extra that
-installs it.
+Local paths and ``file://`` URLs are directories (:class:`LocalStore`). A
+``scheme://`` URL goes, in this order, to a store registered in this process
+(:func:`register_scheme`), to vsqs's own S3 and GCS stores, to a plugin
+installed under the ``vsqs.stores`` entry-point group, and else to an object
+store reached through fsspec. Packages are imported only when used, and a
+missing one is reported with the extra that installs it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
+import re
 import stat
+import threading
+from collections.abc import Callable
+from importlib.metadata import entry_points
 from typing import Any
 
 from ._errors import (
+    InvalidArgument,
     InvalidQueueName,
     NotAQueue,
     QueueNotFound,
@@ -35,6 +43,82 @@ _PACKAGES = {
 }
 #: Schemes whose first path component is a bucket.
 _BUCKETED = {"s3", "s3a", "gs", "gcs"}
+
+#: ``opener(url, storage_options)``: the store of a queue URL of a registered scheme.
+Opener = Callable[[str, dict[str, Any]], Store]
+#: The entry-point group under which installed packages offer stores, by scheme.
+ENTRY_POINT_GROUP = "vsqs.stores"
+_SCHEME = re.compile(r"[a-z][a-z0-9+.-]*")
+_registered: dict[str, Opener | str] = {}
+_plugins: dict[str, str] | None = None  # scheme -> "module:attr", read once
+_registry_lock = threading.Lock()
+
+
+def register_scheme(scheme: str, opener: Opener | str, *, clobber: bool = False) -> None:
+    """Serve ``scheme://`` URLs with ``opener(url, storage_options) -> Store``.
+
+    ``opener`` may be a ``"module:attr"`` string, imported on first use. The
+    URL is checked as every URL is (no empty, ``.`` or ``..`` component, a
+    valid queue name last) before the opener sees it. A registration holds in
+    this process only: other processes (Spark's Python workers) find a store
+    installed under the ``vsqs.stores`` entry-point group. ``file`` cannot be
+    registered; replacing another registration, or vsqs's own ``s3``, ``s3a``,
+    ``gs`` and ``gcs``, needs ``clobber=True``.
+    """
+    if not isinstance(scheme, str) or not _SCHEME.fullmatch(scheme.lower()):
+        raise InvalidArgument(
+            f"{scheme!r:.40} is not a URL scheme (RFC 3986: a letter, then a-z0-9+.-)"
+        )
+    scheme = scheme.lower()
+    if scheme == "file":
+        raise InvalidArgument(
+            "file:// URLs are local directories; that scheme cannot be registered"
+        )
+    if not callable(opener) and not (isinstance(opener, str) and ":" in opener):
+        raise InvalidArgument(
+            f"an opener is a callable or a 'module:attr' string, not {opener!r:.60}"
+        )
+    with _registry_lock:
+        current = _registered.get(scheme)
+        taken = current is not None and current != opener
+        if (taken or scheme in _PACKAGES) and not clobber:
+            raise InvalidArgument(
+                f"{scheme}:// is served already ({current or 'by vsqs'}); clobber=True replaces it"
+            )
+        _registered[scheme] = opener
+
+
+def unregister_scheme(scheme: str) -> None:
+    """Forget what :func:`register_scheme` registered for ``scheme`` (if anything)."""
+    with _registry_lock:
+        _registered.pop(scheme.lower(), None)
+
+
+def _opener(scheme: str) -> Opener | None:
+    """The opener registered in this process, else a built-in's (``None``), else a plugin's."""
+    with _registry_lock:
+        opener = _registered.get(scheme)
+    if opener is None and scheme not in _PACKAGES:
+        opener = _installed_plugins().get(scheme)
+    if opener is None or callable(opener):
+        return opener
+    module, _, attr = opener.partition(":")
+    try:
+        found = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise UnsupportedStore(f"{scheme}:// stores: cannot load {opener!r}: {exc}") from None
+    if not callable(found):
+        raise UnsupportedStore(f"{scheme}:// stores: {opener!r} is not callable")
+    return found  # type: ignore[no-any-return]
+
+
+def _installed_plugins() -> dict[str, str]:
+    """Schemes offered under :data:`ENTRY_POINT_GROUP`, read once per process."""
+    global _plugins
+    if _plugins is None:
+        found = {ep.name.lower(): ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+        _plugins = {k: v for k, v in found.items() if _SCHEME.fullmatch(k) and k != "file"}
+    return _plugins
 
 
 def open_store(location: object, storage_options: dict[str, Any] | None) -> Store:
@@ -104,6 +188,15 @@ def _check_resolved(url: str, path: str, name: str) -> None:
 
 def _object_store(scheme: str, url: str, storage_options: dict[str, Any]) -> Store:
     name = validate_queue_name(_check_components(url))
+    opener = _opener(scheme)
+    if opener is not None:
+        store = opener(url, dict(storage_options))
+        if not isinstance(store, Store):
+            raise UnsupportedStore(
+                f"{url}: the store registered for {scheme}:// returned a "
+                f"{type(store).__name__}, not a vsqs Store"
+            )
+        return store
     fs, path = _filesystem(scheme, url, storage_options)
     _check_resolved(url, path, name)
     head = path.rpartition("/")[0]
@@ -174,6 +267,8 @@ def list_queues(
         return _local_queues(os.path.abspath(_file_url_path(text, rest) if sep else text))
     scheme = scheme.lower()
     last = _check_components(text)
+    if _opener(scheme) is not None:
+        raise UnsupportedStore(f"{text}: listing the queues of {scheme}:// stores is not supported")
     fs, path = _filesystem(scheme, text, storage_options or {})
     _check_resolved(text, path, last)
     found = []
