@@ -35,7 +35,18 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 # Plain ``assert`` in the suites explains its failures, as in a test module.
 pytest.register_assert_rewrite(
-    "vsqs.testing._queue_tests", "vsqs.testing._store_tests", "vsqs.testing._suite"
+    *(
+        f"vsqs.testing.{module}"
+        for module in (
+            "_queue_admin",
+            "_queue_flow",
+            "_queue_receipts",
+            "_queue_tests",
+            "_queue_worker",
+            "_store_tests",
+            "_suite",
+        )
+    )
 )
 
 from ._clock import FakeClock  # noqa: E402

@@ -37,3 +37,8 @@ class Suite:
         reason = self.known_failures.get(request.node.originalname)
         if reason is not None:
             request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+
+
+def listing(store: Store) -> list[str]:
+    """Every name in ``store``, sorted."""
+    return sorted(store.list())

@@ -1,0 +1,174 @@
+"""Part of :class:`~vsqs.testing.QueueTests`:
+Reading and keeping a queue: peek, stats, purge, dead letters, config and leftovers.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import vsqs
+from vsqs import _names as names
+
+from ._clock import FakeClock
+from ._suite import listing
+
+
+class AdminTests:
+    """Reading and keeping a queue: peek, stats, purge, dead letters, config and leftovers."""
+
+    # ------------------------------------------------------------ inspection
+    def test_peek_changes_nothing(self, q: vsqs.Queue, store: vsqs.Store) -> None:
+        ids = q.send_batch([b"a", b"b", b"c"])
+        held = q.receive()
+        assert held is not None
+        before = listing(store)
+        peeked = q.peek(10)
+        assert [m.id for m in peeked] == ids[1:]
+        assert all(m.receipt is None for m in peeked)
+        assert listing(store) == before
+        with pytest.raises(vsqs.InvalidArgument):
+            peeked[0].delete()
+        assert [m.id for m in q.peek(1)] == ids[1:2]
+
+    def test_stats(self, q: vsqs.Queue, clock: FakeClock) -> None:
+        empty = q.stats()
+        assert (empty.ready, empty.in_flight, empty.delayed, empty.writing) == (0, 0, 0, 0)
+        assert empty.oldest_ready_age is None and empty.next_visible_in is None
+        q.send_batch([b"a", b"b", b"c"])
+        clock.advance(2)
+        q.send(b"d", delay=30)
+        q.receive(visibility_timeout=10)
+        stats = q.stats()
+        assert (stats.ready, stats.in_flight, stats.delayed) == (2, 1, 1)
+        assert stats.oldest_ready_age == pytest.approx(2.0)
+        assert stats.next_visible_in == pytest.approx(10.0)
+
+    def test_stats_shows_in_flight_expiry_and_dead_letter_depth(
+        self, store: vsqs.Store, clock: FakeClock
+    ) -> None:
+        with vsqs.Queue(store, clock=clock, max_receives=1, dead_letter="dlq") as q:
+            stats = q.stats()
+            assert stats.dead_letter == 0 and stats.in_flight_expires_in is None
+            with pytest.raises(vsqs.QueueNotFound):  # stats did not create it
+                vsqs.Queue(store.sibling("dlq"), create=False)
+            q.send_batch([b"poison", b"held", b"late"])
+            q.send(b"delayed", delay=5)
+            assert q.receive(visibility_timeout=1) is not None
+            clock.advance(1)
+            held = q.receive(visibility_timeout=20)  # dead-letters the poison first
+            assert held is not None and held.body == b"held"
+            stats = q.stats()
+            assert (stats.ready, stats.in_flight, stats.delayed) == (1, 1, 1)
+            assert stats.dead_letter == 1
+            assert stats.in_flight_expires_in == pytest.approx(20.0)
+            assert stats.next_visible_in == pytest.approx(4.0)
+            assert stats.as_dict()["dead_letter"] == 1
+
+    def test_purge_and_gc_report_progress(self, store: vsqs.Store, clock: FakeClock) -> None:
+        with vsqs.Queue(store, clock=clock, new_grace=60) as q:
+            q.send_batch([b"a", b"b", b"c"])
+            calls: list[tuple[int, int | None]] = []
+            assert q.purge(progress=lambda done, total: calls.append((done, total))) == 3
+            assert calls == [(1, 3), (2, 3), (3, 3)]
+            stale = names.new_name(names.MsClock(clock).next_id())
+            store.write_new(stale, b"half written", fsync=False)
+            clock.advance(61)
+            calls.clear()
+            assert q.gc(progress=lambda done, total: calls.append((done, total))) == [stale]
+            assert calls == [(1, 1)]
+
+    def test_purge_removes_every_message_but_not_foreign_objects(
+        self, q: vsqs.Queue, store: vsqs.Store
+    ) -> None:
+        store.write_new("notes.txt", b"mine", fsync=False)
+        q.send_batch([b"a", b"b"])
+        q.send(b"c", delay=100)
+        held = q.receive()
+        assert held is not None
+        assert q.purge() == 3
+        assert listing(store) == sorted([names.CONFIG_NAME, "notes.txt"])
+        with pytest.raises(vsqs.ReceiptExpired):
+            held.delete()
+        assert q.receive() is None
+
+    # ------------------------------------------------------------ dead letter
+    def test_dead_letter_after_max_receives_and_redrive(
+        self, store: vsqs.Store, clock: FakeClock
+    ) -> None:
+        with vsqs.Queue(store, clock=clock, max_receives=2, dead_letter="dlq") as q:
+            poison = q.send(b"poison")
+            for attempt in (1, 2):
+                msg = q.receive(visibility_timeout=1)
+                assert msg is not None and (msg.id, msg.receive_count) == (poison, attempt)
+                clock.advance(1)
+            fresh = q.send(b"fresh")
+            got = q.receive_batch(10)
+            assert [m.id for m in got] == [fresh]  # poison went to the dead-letter queue
+            got[0].delete()
+            dlq_store = store.sibling("dlq")
+            with vsqs.Queue(dlq_store, clock=clock) as dlq:
+                dead = dlq.peek(10)
+                assert [(m.id, m.body, m.receive_count) for m in dead] == [(poison, b"poison", 0)]
+            assert vsqs.redrive(dlq_store, store) == 1
+            assert [m for m in dlq_store.list() if names.parse(m)] == []
+            back = q.receive()
+            assert back is not None and back.id == poison and back.receive_count == 1
+
+    def test_dead_letter_needs_both_settings(self, store: vsqs.Store) -> None:
+        with pytest.raises(vsqs.InvalidArgument):
+            vsqs.Queue(store, max_receives=3)
+        with pytest.raises(vsqs.InvalidArgument):
+            vsqs.Queue(store, dead_letter="dlq")
+
+    def test_redrive_of_a_missing_queue_fails_clearly(self, store: vsqs.Store) -> None:
+        vsqs.Queue(store).close()
+        with pytest.raises(vsqs.QueueNotFound):
+            vsqs.redrive(store.sibling("nope"), store)
+
+    # ----------------------------------------------------------------- config
+    def test_config_is_written_once_and_agreed_on(self, store: vsqs.Store) -> None:
+        vsqs.Queue(store, visibility_timeout=12).close()
+        with vsqs.Queue(store) as again:
+            assert again.config.visibility_timeout == 12
+        vsqs.Queue(store, visibility_timeout=12).close()
+        with pytest.raises(vsqs.QueueConfigError):
+            vsqs.Queue(store, visibility_timeout=13)
+
+    def test_open_without_create(self, store: vsqs.Store) -> None:
+        with pytest.raises(vsqs.QueueNotFound):
+            vsqs.Queue(store, create=False)
+        vsqs.Queue(store).close()
+        vsqs.Queue(store, create=False).close()
+
+    def test_unreadable_or_future_config_is_refused(self, store: vsqs.Store) -> None:
+        store.ensure(True)
+        store.write_new(names.CONFIG_NAME, b'{"format": 99}', fsync=False)
+        with pytest.raises(vsqs.QueueConfigError, match="format 99"):
+            vsqs.Queue(store)
+        store.delete(names.CONFIG_NAME)
+        store.write_new(names.CONFIG_NAME, b"not json", fsync=False)
+        with pytest.raises(vsqs.QueueConfigError, match="unreadable"):
+            vsqs.Queue(store)
+
+    # ------------------------------------------------------------- leftovers
+    def test_stale_new_leftovers_are_collected_foreign_names_never_touched(
+        self, store: vsqs.Store, clock: FakeClock
+    ) -> None:
+        with vsqs.Queue(store, clock=clock, new_grace=60) as q:
+            leftover = names.new_name(names.id_generator(clock).next_id(int(clock.now * 1000)))
+            foreign = ["notes.txt", "1234", "x" * names.ID_LEN, leftover[:-4] + ".old", "a.new"]
+            store.write_new(leftover, b"half a mess", fsync=False)
+            for name in foreign:
+                store.write_new(name, b"not ours", fsync=False)
+            assert q.receive() is None
+            assert q.stats().writing == 1
+            assert q.gc() == []
+            clock.advance(61)
+            assert q.gc() == [leftover]
+            assert listing(store) == sorted([names.CONFIG_NAME, *foreign])
+            q.send(b"real")
+            msg = q.receive()
+            assert msg is not None and msg.body == b"real"
+            msg.delete()
+            assert q.purge() == 0
+            assert listing(store) == sorted([names.CONFIG_NAME, *foreign])

@@ -1,0 +1,187 @@
+"""Part of :class:`~vsqs.testing.QueueTests`:
+Sending and receiving: FIFO, visibility timeouts, delays and long polls.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime
+
+import pytest
+
+import vsqs
+from vsqs import _names as names
+
+from ._clock import FakeClock
+from ._suite import listing
+
+
+class FlowTests:
+    """Sending and receiving: FIFO, visibility timeouts, delays and long polls."""
+
+    # ---------------------------------------------------------- send/receive
+    @pytest.mark.parametrize(
+        "body",
+        [b"bytes", "text \u00e9", bytearray(b"ba"), memoryview(b"mv"), b"", b"\x00\xff" * 100],
+    )
+    def test_round_trip_keeps_the_exact_bytes(
+        self, q: vsqs.Queue, body: bytes | bytearray | memoryview | str
+    ) -> None:
+        message_id = q.send(body)
+        msg = q.receive()
+        assert msg is not None
+        expected = body.encode() if isinstance(body, str) else bytes(body)
+        assert msg.body == expected and isinstance(msg.body, bytes)
+        assert msg.id == message_id and msg.receive_count == 1
+        assert q.receive() is None
+
+    def test_receive_is_fifo(self, q: vsqs.Queue) -> None:
+        sent = [q.send(f"m{i}") for i in range(50)]
+        assert sent == sorted(sent)
+        got = [q.receive() for _ in range(50)]
+        assert [m.id for m in got if m] == sent
+
+    def test_receive_on_empty_queue_returns_none(self, q: vsqs.Queue) -> None:
+        assert q.receive() is None
+        assert q.receive_batch(5) == []
+
+    def test_receive_batch_takes_up_to_n_oldest_first(self, q: vsqs.Queue) -> None:
+        sent = q.send_batch([b"a", b"b", b"c", b"d", b"e"])
+        first = q.receive_batch(3)
+        assert [m.id for m in first] == sent[:3]
+        rest = q.receive_batch(10)
+        assert [m.id for m in rest] == sent[3:]
+
+    def test_send_batch_returns_ids_in_order_and_empty_batch_is_a_no_op(
+        self, q: vsqs.Queue
+    ) -> None:
+        assert q.send_batch([]) == []
+        bodies: list[bytes | bytearray | str] = [b"1", "2", bytearray(b"3")]
+        ids = q.send_batch(iter(bodies))
+        assert ids == sorted(ids) and len(set(ids)) == 3
+        assert [m.body for m in q.receive_batch(10)] == [b"1", b"2", b"3"]
+
+    def test_message_metadata(self, q: vsqs.Queue, clock: FakeClock) -> None:
+        q.send(b"x")
+        msg = q.receive(visibility_timeout=12)
+        assert msg is not None
+        assert msg.sent_at == datetime.fromtimestamp(int(clock.now * 1000) / 1000, UTC)
+        assert msg.visible_at == datetime.fromtimestamp(int(clock.now * 1000 + 12_000) / 1000, UTC)
+        assert msg.receipt is not None and names.parse_receipt(msg.receipt).id == msg.id
+        assert "receive_count=1" in repr(msg)
+
+    # ------------------------------------------------------------ visibility
+    def test_received_message_is_invisible_until_its_timeout(
+        self, q: vsqs.Queue, clock: FakeClock
+    ) -> None:
+        q.send(b"x")
+        first = q.receive(visibility_timeout=10)
+        assert first is not None
+        clock.advance(9.9)
+        assert q.receive() is None
+        clock.advance(0.1)
+        again = q.receive()
+        assert again is not None and again.id == first.id and again.receive_count == 2
+
+    def test_default_visibility_timeout_comes_from_config(
+        self, store: vsqs.Store, clock: FakeClock
+    ) -> None:
+        with vsqs.Queue(store, clock=clock, visibility_timeout=5) as queue:
+            queue.send(b"x")
+            assert queue.receive() is not None
+            clock.advance(5)
+            assert queue.receive() is not None
+
+    def test_expired_message_comes_back_in_fifo_position(
+        self, q: vsqs.Queue, clock: FakeClock
+    ) -> None:
+        a, b, c = q.send_batch([b"a", b"b", b"c"])
+        held = q.receive(visibility_timeout=5)
+        assert held is not None and held.id == a
+        clock.advance(6)
+        assert [m.id for m in q.receive_batch(3)] == [a, b, c]
+
+    def test_visibility_seen_by_a_second_client(self, store: vsqs.Store, clock: FakeClock) -> None:
+        with vsqs.Queue(store, clock=clock) as one, vsqs.Queue(store, clock=clock) as two:
+            one.send(b"x")
+            msg = one.receive(visibility_timeout=3)
+            assert msg is not None
+            assert two.receive() is None
+            clock.advance(3)
+            other = two.receive()
+            assert other is not None and other.id == msg.id
+            with pytest.raises(vsqs.ReceiptExpired):
+                msg.delete()
+            other.delete()
+            assert listing(store) == [names.CONFIG_NAME]
+
+    # --------------------------------------------------------------- delayed
+    def test_delayed_send(self, q: vsqs.Queue, clock: FakeClock) -> None:
+        late = q.send(b"late", delay=10)
+        now = q.send(b"now")
+        assert q.stats().delayed == 1
+        first = q.receive()
+        assert first is not None and first.id == now
+        assert q.receive() is None
+        clock.advance(10)
+        msg = q.receive()
+        assert msg is not None and msg.id == late and msg.receive_count == 1
+
+    def test_delayed_send_batch(self, q: vsqs.Queue, clock: FakeClock) -> None:
+        q.send_batch([b"a", b"b"], delay=2)
+        assert q.receive() is None
+        clock.advance(2)
+        assert [m.body for m in q.receive_batch(5)] == [b"a", b"b"]
+
+    # ------------------------------------------------------------- long poll
+    def test_long_poll_wakes_when_a_message_arrives(self, live: vsqs.Queue) -> None:
+        sender = threading.Timer(0.2, live.send, args=(b"late",))
+        sender.start()
+        try:
+            started = time.monotonic()
+            msg = live.receive(wait=10)
+            assert msg is not None and msg.body == b"late"
+            assert time.monotonic() - started < 9  # woke on arrival, not at the deadline
+        finally:
+            sender.cancel()
+
+    def test_threads_long_polling_one_queue_each_get_distinct_messages(
+        self, live: vsqs.Queue
+    ) -> None:
+        got: list[bytes] = []
+        errors: list[BaseException] = []
+
+        def poll() -> None:
+            try:
+                while (msg := live.receive(wait=2)) is not None:
+                    got.append(msg.body)
+                    msg.delete()
+            except BaseException as exc:
+                errors.append(exc)
+
+        pollers = [threading.Thread(target=poll) for _ in range(6)]
+        for thread in pollers:
+            thread.start()
+        time.sleep(0.2)  # all of them waiting
+        bodies = [f"m{i}".encode() for i in range(30)]
+        for body in bodies:
+            live.send(body)
+        for thread in pollers:
+            thread.join(timeout=60)
+        assert errors == []
+        assert sorted(got) == sorted(bodies)
+
+    def test_long_poll_returns_an_expired_message_without_a_new_event(
+        self, live: vsqs.Queue
+    ) -> None:
+        live.send(b"x")
+        held = live.receive(visibility_timeout=0.3)
+        assert held is not None
+        again = live.receive(wait=10)
+        assert again is not None and again.id == held.id and again.receive_count == 2
+
+    def test_long_poll_times_out_empty(self, live: vsqs.Queue) -> None:
+        started = time.monotonic()
+        assert live.receive_batch(3, wait=0.3) == []
+        assert time.monotonic() - started >= 0.3

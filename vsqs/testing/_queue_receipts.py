@@ -1,0 +1,122 @@
+"""Part of :class:`~vsqs.testing.QueueTests`:
+What a receipt does: delete, extend and release, and stale receipts.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import vsqs
+from vsqs import _names as names
+
+from ._clock import FakeClock
+from ._suite import listing
+
+
+class ReceiptTests:
+    """What a receipt does: delete, extend and release, and stale receipts."""
+
+    # ---------------------------------------------------------------- delete
+    def test_delete_removes_the_message(self, q: vsqs.Queue, store: vsqs.Store) -> None:
+        q.send(b"x")
+        msg = q.receive()
+        assert msg is not None
+        msg.delete()
+        assert listing(store) == [names.CONFIG_NAME]
+        with pytest.raises(vsqs.ReceiptExpired):
+            q.delete(msg.receipt)  # type: ignore[arg-type]
+
+    def test_stale_receipt_cannot_touch_the_new_holders_message(
+        self, q: vsqs.Queue, clock: FakeClock, store: vsqs.Store
+    ) -> None:
+        q.send(b"x")
+        stale = q.receive(visibility_timeout=1)
+        assert stale is not None
+        clock.advance(1)
+        holder = q.receive(visibility_timeout=30)
+        assert holder is not None and holder.id == stale.id
+        before = listing(store)
+        for attempt in (stale.delete, lambda: stale.extend(60), stale.release):
+            with pytest.raises(vsqs.ReceiptExpired):
+                attempt()
+        assert listing(store) == before
+        holder.delete()
+
+    def test_expired_but_not_rereceived_receipt_is_still_current(
+        self, q: vsqs.Queue, clock: FakeClock
+    ) -> None:
+        q.send(b"x")
+        msg = q.receive(visibility_timeout=1)
+        assert msg is not None
+        clock.advance(5)
+        msg.delete()
+        assert q.receive() is None
+
+    # ---------------------------------------------------------------- extend
+    def test_extend_gives_a_new_receipt_and_more_time(
+        self, q: vsqs.Queue, clock: FakeClock
+    ) -> None:
+        q.send(b"x")
+        msg = q.receive(visibility_timeout=5)
+        assert msg is not None
+        old = msg.receipt
+        clock.advance(4)
+        same = q.extend(msg, 10)
+        assert same is msg and msg.receipt != old
+        with pytest.raises(vsqs.ReceiptExpired):
+            q.delete(old)  # type: ignore[arg-type]
+        clock.advance(9)
+        assert q.receive() is None
+        clock.advance(1)
+        again = q.receive()
+        assert again is not None and again.receive_count == 2
+
+    def test_extend_by_receipt_string_returns_a_message(self, q: vsqs.Queue) -> None:
+        q.send(b"body")
+        msg = q.receive()
+        assert msg is not None and msg.receipt is not None
+        extended = q.extend(msg.receipt, 60)
+        assert extended.body == b"body" and extended.id == msg.id
+        assert extended.receipt != msg.receipt
+        q.delete(extended.receipt)  # type: ignore[arg-type]
+
+    def test_extend_to_zero_makes_the_message_visible(self, q: vsqs.Queue) -> None:
+        q.send(b"x")
+        msg = q.receive()
+        assert msg is not None
+        msg.extend(0)
+        again = q.receive()
+        assert again is not None and again.id == msg.id
+
+    # --------------------------------------------------------------- release
+    def test_release_makes_it_visible_again_keeping_count_and_position(self, q: vsqs.Queue) -> None:
+        a, _b = q.send_batch([b"a", b"b"])
+        msg = q.receive()
+        assert msg is not None and msg.id == a
+        msg.release()
+        again = q.receive()
+        assert again is not None and again.id == a and again.receive_count == 2
+        with pytest.raises(vsqs.ReceiptExpired):
+            msg.release()
+
+    def test_release_is_visible_at_once_between_clock_ticks(
+        self, q: vsqs.Queue, clock: FakeClock
+    ) -> None:
+        clock.advance(0.0004)  # mid-millisecond: rounding the expiry up would hide it
+        q.send(b"x")
+        msg = q.receive()
+        assert msg is not None
+        msg.release()
+        assert q.stats().ready == 1
+        again = q.receive()
+        assert again is not None and again.id == msg.id
+
+    def test_release_with_delay(self, q: vsqs.Queue, clock: FakeClock) -> None:
+        q.send(b"x")
+        msg = q.receive()
+        assert msg is not None
+        msg.release(delay=7)
+        assert q.receive() is None
+        assert q.stats().in_flight == 1
+        clock.advance(7)
+        assert q.receive() is not None
