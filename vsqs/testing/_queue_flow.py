@@ -181,6 +181,22 @@ class FlowTests:
         again = live.receive(wait=10)
         assert again is not None and again.id == held.id and again.receive_count == 2
 
+    def test_a_stop_event_ends_a_long_poll_and_claims_nothing(self, live: vsqs.Queue) -> None:
+        stop = threading.Event()
+        stop.set()
+        live.send(b"kept")
+        assert live.receive_batch(5, wait=3600, stop=stop) == []  # set before: at once
+        msg = live.receive()  # that poll claimed nothing
+        assert msg is not None and msg.body == b"kept" and msg.receive_count == 1
+        msg.delete()
+        stop.clear()
+        stopper = threading.Timer(0.2, stop.set)  # set while it waits: it ends within a second
+        stopper.start()
+        try:
+            assert live.receive_batch(5, wait=3600, stop=stop) == []
+        finally:
+            stopper.cancel()
+
     def test_long_poll_times_out_empty(self, live: vsqs.Queue) -> None:
         started = time.monotonic()
         assert live.receive_batch(3, wait=0.3) == []

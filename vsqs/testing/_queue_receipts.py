@@ -21,7 +21,9 @@ class ReceiptTests:
         q.send(b"x")
         msg = q.receive()
         assert msg is not None
+        settled_before = msg.settled
         msg.delete()
+        assert (settled_before, msg.settled) == (False, True)
         assert listing(store) == [names.CONFIG_NAME]
         with pytest.raises(vsqs.ReceiptExpired):
             q.delete(msg.receipt)  # type: ignore[arg-type]
