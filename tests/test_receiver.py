@@ -11,9 +11,10 @@ import pytest
 import vsqs
 from vsqs import _names as names
 from vsqs._publish import Publisher
-from vsqs._receiver import STALE_AFTER, Receiver, skip_bound
+from vsqs._receiver import IDLE_AFTER, POLL_INTERVAL, STALE_AFTER, Receiver, skip_bound
 
 from .conftest import FakeClock
+from .servers import Server
 
 VT_MS = 30_000
 
@@ -173,3 +174,68 @@ def test_lost_claims_spread_receivers_as_documented(costly: bool, bounds: list[i
     """docs/format.md: from the second loss in a row (the first where a loss
     costs requests, skipping up to 31 names), twice as far per loss, up to 64."""
     assert [skip_bound(n, costly) for n in (1, 2, 3, 7, 8)] == bounds
+
+
+# ------------------------------------------------------- idle polling
+class PolledStore(vsqs.MemoryStore):
+    """A ``MemoryStore`` that behaves as an object store does: no change token."""
+
+    polled = True
+
+
+def test_an_idle_receiver_of_a_polled_store_looks_less_often_and_wakes_on_a_message(
+    clock: FakeClock,
+) -> None:
+    store = PolledStore()
+    store.ensure(True)
+    ms = names.MsClock(clock)
+    receiver = Receiver(store, ms, 3_600_000, max_poll_interval=1.5)
+    publisher = Publisher(store, ms, False, receiver.sent)
+    assert receiver.poll_interval() == POLL_INTERVAL
+    clock.advance(IDLE_AFTER - 0.001)
+    assert receiver.poll_interval() == POLL_INTERVAL
+    clock.advance(0.001)
+    assert receiver.poll_interval() == 1.5
+    publisher.send([b"x"], 0)
+    clock.advance(1)
+    assert len(receiver.receive(1, VT_MS, 0)) == 1
+    assert receiver.poll_interval() == POLL_INTERVAL  # something came: fast again
+    assert Receiver(store, ms, 0, max_poll_interval=0.05).poll_interval() == 0.05
+
+
+def test_an_idle_receiver_lists_an_s3_queue_at_most_once_per_max_poll_interval(
+    s3_server: Server, clock: FakeClock
+) -> None:
+    """Counted in requests, so a slow machine only makes fewer. A look that
+    finds nothing is two LISTs (a second for names that moved meanwhile): at
+    0.2 s a 3-second wait lists about 30 times, at the maximum of 1 s about 8
+    (a look at 0, 1, 2 and 3 s), at most 10."""
+    options = s3_server.storage_options
+    url = s3_server.url()
+    with (
+        vsqs.Queue(url, storage_options=options, clock=clock, max_poll_interval=1.0) as idle,
+        vsqs.Queue(url, storage_options=options) as producer,
+    ):
+        assert idle.receive() is None  # the first listing
+        clock.advance(IDLE_AFTER)  # idle for 10 s by the queue's clock
+        requests = idle.store.io.requests  # type: ignore[attr-defined]
+        listed = requests["list"]
+        assert idle.receive(wait=3.0) is None
+        assert requests["list"] - listed <= 10, requests["list"] - listed
+        sender = threading.Timer(0.5, producer.send, args=(b"late",))
+        sender.start()
+        try:
+            msg = idle.receive(wait=60)  # found by the next listing after the send
+        finally:
+            sender.join()
+        assert msg is not None and msg.body == b"late"
+
+
+def test_the_maximum_poll_interval_comes_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, s3_server: Server
+) -> None:
+    monkeypatch.setenv("VSQS_MAX_POLL_INTERVAL", "-1")
+    with pytest.raises(vsqs.InvalidArgument, match="VSQS_MAX_POLL_INTERVAL"):
+        vsqs.Queue(s3_server.url(), storage_options=s3_server.storage_options)
+    with pytest.raises(vsqs.InvalidArgument, match="max_poll_interval"):
+        vsqs.Queue(vsqs.MemoryStore(), max_poll_interval=float("nan"))

@@ -34,6 +34,9 @@ ENV_VISIBILITY_TIMEOUT = "VSQS_VISIBILITY_TIMEOUT"
 ENV_DURABLE = "VSQS_DURABLE"
 #: Seconds after which a ``.new`` leftover counts as a crashed writer's.
 ENV_NEW_GRACE = "VSQS_NEW_GRACE"
+#: The longest an idle receiver waits between listings where waiting means
+#: listing again (object stores).
+ENV_MAX_POLL_INTERVAL = "VSQS_MAX_POLL_INTERVAL"
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 

@@ -24,6 +24,7 @@ from . import _worker as worker
 from ._config import (
     DEFAULT_VISIBILITY_TIMEOUT,
     ENV_DURABLE,
+    ENV_MAX_POLL_INTERVAL,
     ENV_VISIBILITY_TIMEOUT,
     QueueConfig,
     env_flag,
@@ -41,7 +42,7 @@ from ._errors import (
 )
 from ._message import Body, Message, Progress, QueueStats, as_bytes, hold
 from ._publish import Publisher, publish
-from ._receiver import Receiver
+from ._receiver import DEFAULT_MAX_POLL_INTERVAL, Receiver
 from ._registry import open_store
 from ._store import Store
 
@@ -67,8 +68,14 @@ class Queue:
     queue's defaults, written into its config when this call creates it and
     checked against it otherwise. Defaults left out come, in this order, from
     the queue's config, the ``VSQS_VISIBILITY_TIMEOUT`` (at creation),
-    ``VSQS_DURABLE`` and ``VSQS_NEW_GRACE`` environment variables, and the
-    built-in values (30 s, durable, one hour). No file is read but the queue's own.
+    ``VSQS_DURABLE``, ``VSQS_NEW_GRACE`` and ``VSQS_MAX_POLL_INTERVAL``
+    environment variables, and the built-in values (30 s, durable, one hour,
+    2 s). No file is read but the queue's own.
+
+    ``max_poll_interval``: on object stores, where every look is a LIST
+    request, a receiver that has received nothing for 10 s lists at most
+    this often while it waits (0.2 s while messages come); the first message
+    after a lull may wait that long.
     """
 
     def __init__(
@@ -84,6 +91,7 @@ class Queue:
         clock: Callable[[], float] = time.time,
         new_grace: float | None = None,
         unsafe_claims: bool = False,
+        max_poll_interval: float | None = None,
     ) -> None:
         self._store = open_store(url, storage_options)
         self._owns_store = self._store is not url  # a Store passed in stays the caller's
@@ -97,7 +105,14 @@ class Queue:
         if new_grace is None:
             new_grace = inspect.default_new_grace()
         self._new_grace_ms = int(seconds(new_grace, "new_grace") * 1000)
-        self._receiver = Receiver(self._store, self._clock, self._new_grace_ms)
+        if max_poll_interval is None:
+            max_poll_interval = env_seconds(ENV_MAX_POLL_INTERVAL, DEFAULT_MAX_POLL_INTERVAL)
+        self._receiver = Receiver(
+            self._store,
+            self._clock,
+            self._new_grace_ms,
+            seconds(max_poll_interval, "max_poll_interval"),
+        )
         self._publisher = Publisher(self._store, self._clock, self.durable, self._receiver.sent)
         self._dead_letters = DeadLetters(self._store, self._open_dead_letter)
         requested = {

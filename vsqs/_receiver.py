@@ -48,6 +48,15 @@ BACKOFF = 0.001
 #: per loss in a row, up to 64): measured on moto with 4 consumers, lost claims
 #: fell from 1.2 to 0.2 per message.
 COSTLY_SPREAD = 5
+#: On polled stores (object stores: no change feed, every look is a LIST
+#: request), a waiting receiver lists every POLL_INTERVAL seconds; once it
+#: has received nothing for IDLE_AFTER seconds, every max_poll_interval
+#: (default DEFAULT_MAX_POLL_INTERVAL), back to POLL_INTERVAL as soon as it
+#: receives something. An idle consumer then makes 1 800 LISTs an hour, not 18 000,
+#: and wakes up to max_poll_interval late for the first message after a lull.
+POLL_INTERVAL = 0.2
+IDLE_AFTER = 10.0
+DEFAULT_MAX_POLL_INTERVAL = 2.0
 #: A receiver with an arrival feed reads it at least every FEED_EVERY claims.
 FEED_EVERY = 64
 #: On stores that list in order (object stores), a listing stops once it has
@@ -315,12 +324,20 @@ class Receiver:
     claim is a rename that only one of them wins.
     """
 
-    def __init__(self, store: Store, clock: names.MsClock, new_grace_ms: int) -> None:
+    def __init__(
+        self,
+        store: Store,
+        clock: names.MsClock,
+        new_grace_ms: int,
+        max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
+    ) -> None:
         self._store = store
         self._clock = clock
         self._new_grace_ms = new_grace_ms
+        self._max_poll_interval = max_poll_interval
         self._lock = threading.Lock()
         self._candidates = Candidates()
+        self._received_at = clock.elapsed()  # when a receive last got something
 
     @property
     def candidates(self) -> Candidates:
@@ -379,8 +396,11 @@ class Receiver:
                 if stop is not None and stop.is_set():
                     return []
                 got = self._claim_available(max_messages, vt_ms, max_receives, exhausted)
+                if got:
+                    self._received_at = self._clock.elapsed()
+                    return got
                 remaining = deadline - time.monotonic()
-                if got or remaining <= 0:
+                if remaining <= 0:
                     return got
                 if self._candidates.losses:
                     # Lost every race: let the winners have this arrival and
@@ -396,13 +416,25 @@ class Receiver:
                 self._wait(deadline - time.monotonic())
                 idle_wakes += 1
 
+    def poll_interval(self) -> float:
+        """How long a waiting receiver sleeps between listings of a polled store now."""
+        if self._clock.elapsed() - self._received_at < IDLE_AFTER:
+            return min(POLL_INTERVAL, self._max_poll_interval)
+        return self._max_poll_interval
+
     def _wait(self, remaining: float) -> None:
+        """Wait for a change, an expiry this client knows of, or the next look
+        at a polled store, whichever comes first (at most ``remaining``)."""
         c = self._candidates
-        timeout = min(remaining, STALE_AFTER)
+        polled = self._store.polled
+        timeout = min(remaining, self.poll_interval() if polled else STALE_AFTER)
         next_expiry = c.next_expiry_ms()
         if next_expiry is not None:
             timeout = min(timeout, max(0.0, (next_expiry - self._clock.now_ms()) / 1000))
-        self._store.wait_for_change(c.token, timeout)
+        if polled:
+            time.sleep(timeout)  # only a listing can tell what changed
+        else:
+            self._store.wait_for_change(c.token, timeout)
 
     def _next_candidate(self, relists: int) -> tuple[str | None, int, int]:
         """The next name to try, the listings taken so far and the time in ms;
@@ -419,6 +451,8 @@ class Receiver:
                     c.add_changes(changes)
                 c.retry_skipped()
             if c.due(store, self._clock.elapsed()):
+                # A second look is for young names; on a polled store (always
+                # "changed"), a listing that found nothing is not retried at once.
                 if relists == 2:
                     return None, relists, now
                 self._relist(now)

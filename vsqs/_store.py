@@ -59,6 +59,10 @@ class Store(ABC):
     #: a claim spread further over the head of the queue at once, and a Spark
     #: commit renames concurrently. A local rename is a system call.
     renames_cost_requests: ClassVar[bool] = False
+    #: The store has no change feed or token (``changed_since`` is always
+    #: true): only a listing, a request, tells what changed (object stores).
+    #: Receivers then pace their listings themselves, faster while messages come.
+    polled: ClassVar[bool] = False
     #: No name may be used twice (object stores, whose emulated renames leave
     #: markers keyed by name): a message moved into the queue is published
     #: under a new versioned name, not under its id again.

@@ -67,8 +67,6 @@ MOVED_SUFFIX = ".moved"
 #: not finish is finished by the next client that lists it. Finishing earlier
 #: would be just as safe, but it would race every claim in flight for nothing.
 FINISH_AFTER = 10.0
-#: How often a long poll lists an object store (seconds): listings cost money.
-POLL_INTERVAL = 0.2
 #: Deletions (acknowledged messages, spent markers) a client holds back to
 #: send with its next batch; at this many it sends them at once.
 BATCH = 1000
@@ -198,6 +196,7 @@ class ObjectStore(Store):
     durable = True  # an acknowledged PUT is on the store's stable storage
     lists_in_order = True
     renames_cost_requests = True
+    polled = True
     unique_names = True
 
     def __init__(self, io: ObjectIO, *, clock: Callable[[], float] = time.time) -> None:
@@ -578,7 +577,3 @@ class ObjectStore(Store):
 
     def changed_since(self, token: Hashable) -> bool:
         return True  # no change feed: only a listing can tell
-
-    def wait_for_change(self, token: Hashable, timeout: float) -> bool:
-        time.sleep(max(0.0, min(timeout, POLL_INTERVAL)))
-        return True
