@@ -93,6 +93,7 @@ def test_urls_are_checked_before_the_opener_sees_them(registered: None, tmp_path
 
     options = {"root": str(tmp_path)}
     bad = ("b/../q", "b//q", "b/.q", "../q", "b/q/..", "b/a b")
+    bad += ("../..::x/q", "b/q?root=/", "b/q#x", "b/q::memory://b/q", "..?x/q")
     for url in (f"thirdparty://{path}" for path in bad):
         with pytest.raises(vsqs.InvalidQueueName):
             vsqs.Queue(url, storage_options=options)

@@ -186,10 +186,20 @@ def _check_resolved(url: str, path: str, name: str) -> None:
         raise InvalidQueueName(f"{url}: resolves to {path!r}, not to the path it names")
 
 
+def _check_registered(url: str) -> None:
+    """Refuse, for a registered scheme's opener, a URL with a query, fragment or
+    ``::`` chain: an opener parses its URL its own way, so the whole of what
+    follows ``://`` must be the path :func:`_check_components` checked
+    (``mystore://../..::x/q`` would pass it)."""
+    if any(mark in url.partition("://")[2] for mark in ("?", "#", "::")):
+        raise InvalidQueueName(f"{url}: a query, fragment or '::' chain is refused here")
+
+
 def _object_store(scheme: str, url: str, storage_options: dict[str, Any]) -> Store:
     name = validate_queue_name(_check_components(url))
     opener = _opener(scheme)
     if opener is not None:
+        _check_registered(url)
         store = opener(url, dict(storage_options))
         if not isinstance(store, Store):
             raise UnsupportedStore(
