@@ -43,21 +43,33 @@ def move_in(store: Store, durable: bool, moved: names.Name, body: bytes) -> bool
     listing of the id's names). A copy here that was received is not
     trusted: it may be on its way out (a dead-lettering crossing a redrive),
     so the message is published again (at least once).
+
+    Where names must not recur, a second copy of the message in one queue
+    would share names with the first once both are claimed in the same ms:
+    so a copy published while another may exist (one was received here, or
+    a create's outcome was unknown and it may land later) gets a
+    :func:`~vsqs._names.sibling_id`, the same FIFO position under an id of
+    its own.
     """
     with storage_errors(f"moving {moved.id} into {store.url}"):
+        received_here = False
         for name in store.list(prefix=moved.id):
             here = names.parse(name)
-            if here is not None and here.state != names.NEW and not here.receive_count:
-                return False
+            if here is not None and here.state != names.NEW:
+                if not here.receive_count:
+                    return False
+                received_here = True
         if not store.unique_names:
             return publish(store, durable, moved.id, body, moved.id, replace_new=True)
-        # Visible since it was sent, whatever the clock; a name that is taken
-        # or burned (a create of unknown outcome, which may land later: at
-        # least once) is not used again.
-        for expiry in range(names.id_ms(moved.id), names.id_ms(moved.id) + MOVE_ATTEMPTS):
-            final = names.invisible_name(moved.id, expiry, 0, moved.version + 1)
-            if publish(store, durable, moved.id, body, final, replace_new=False):
+        message_id = names.sibling_id(moved.id) if received_here else moved.id
+        for _ in range(MOVE_ATTEMPTS):
+            # Visible since it was sent, whatever the clock; a name that is
+            # burned (a create of unknown outcome, which may land later: at
+            # least once) is not used again, nor is its id.
+            final = names.invisible_name(message_id, names.id_ms(moved.id), 0, moved.version + 1)
+            if publish(store, durable, message_id, body, final, replace_new=False):
                 return True
+            message_id = names.sibling_id(moved.id)
         raise StorageError(f"{moved.id}: could not publish it in {MOVE_ATTEMPTS} attempts")
 
 

@@ -37,6 +37,7 @@ CONFIG_NAME = "vsqs.json"
 NEW_SUFFIX = ".new"
 
 ID_LEN = 35  # 13 + 1 + 4 + 1 + 16
+NONCE_LEN = 16
 _ID = r"[0-9]{13}-[0-9a-f]{4}-[0-9a-f]{16}"
 _ID_RE = re.compile(_ID)
 _NUMBER = r"(0|[1-9][0-9]{0,8})"
@@ -124,6 +125,13 @@ def next_name(name: Name, expiry_ms: int, count: int) -> str:
     """The name ``name`` is renamed to: invisible until ``expiry_ms``, received
     ``count`` times, with the next version (so it never was a name of the message)."""
     return invisible_name(name.id, expiry_ms, count, name.version + 1)
+
+
+def sibling_id(message_id: str) -> str:
+    """An id with ``message_id``'s ms and seq (so its FIFO position) and a
+    fresh random nonce: a name of another lineage, for a second copy of a
+    message that must never share a name with the first."""
+    return f"{message_id[:-NONCE_LEN]}{secrets.token_hex(NONCE_LEN // 2)}"
 
 
 def id_ms(message_id: str) -> int:

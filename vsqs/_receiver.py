@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 from . import _names as names
 from ._errors import storage_errors
+from ._fanout import IN_FLIGHT, fan_out
 from ._inspect import collect_stale_new, stale_new_before
 from ._store import OutcomeUnknown, Store
 
@@ -314,6 +315,16 @@ class Claim(NamedTuple):
     body: bytes
 
 
+class Plan(NamedTuple):
+    """A claim to try: rename ``candidate`` to ``held``."""
+
+    candidate: str
+    id: str
+    held: str
+    receive_count: int
+    expiry_ms: int
+
+
 class Receiver:
     """Claims messages of one queue for one client (every thread of it).
 
@@ -436,9 +447,11 @@ class Receiver:
         else:
             self._store.wait_for_change(c.token, timeout)
 
-    def _next_candidate(self, relists: int) -> tuple[str | None, int, int]:
+    def _next_candidate(self, relists: int, may_list: bool) -> tuple[str | None, int, int]:
         """The next name to try, the listings taken so far and the time in ms;
-        ``None`` when there is none (caller holds the lock)."""
+        ``None`` when there is none, or when a listing is due and not
+        ``may_list`` (a listing taken before the planned claims are made
+        would show their candidates again). The caller holds the lock."""
         store, c = self._store, self._candidates
         while True:
             now = self._clock.now_ms()
@@ -453,7 +466,7 @@ class Receiver:
             if c.due(store, self._clock.elapsed()):
                 # A second look is for young names; on a polled store (always
                 # "changed"), a listing that found nothing is not retried at once.
-                if relists == 2:
+                if relists == 2 or not may_list:
                     return None, relists, now
                 self._relist(now)
                 relists += 1
@@ -469,6 +482,8 @@ class Receiver:
         max_receives: int | None,
         exhausted: Callable[[str], None] | None,
     ) -> list[Claim]:
+        """Claim and read up to ``max_messages`` candidates: one at a time, or,
+        where renames cost requests, as many at once as are still wanted."""
         out: list[Claim] = []
         # Names this call made invisible join the expiry heap only when it
         # ends, so a short visibility timeout cannot bring a message back into
@@ -476,36 +491,108 @@ class Receiver:
         claimed_ids: set[str] = set()
         later: list[tuple[str, int]] = []
         relists = 0
+        wide = self._store.renames_cost_requests
         try:
             while len(out) < max_messages:
                 with self._lock:
-                    name, relists, now = self._next_candidate(relists)
-                    if name is None:
+                    wanted = max_messages - len(out) if wide else 1
+                    plans, relists = self._plan(wanted, vt_ms, claimed_ids, later, relists)
+                    if not plans:
                         break
-                    if name[: names.ID_LEN] in claimed_ids:  # not again in this batch
-                        parsed = names.parse(name)
-                        if parsed is not None and parsed.expiry_ms is not None:
-                            later.append((name, parsed.expiry_ms))
-                        continue
-                    claimed = self._claim(name, now, vt_ms)
-                if claimed is None:
-                    continue
-                message_id, held, count, expiry = claimed
-                claimed_ids.add(message_id)
-                later.append((held, expiry))
-                if max_receives is not None and count > max_receives and exhausted is not None:
-                    exhausted(held)
-                    continue
-                try:
-                    body = self._store.read(held)
-                except FileNotFoundError:
-                    continue  # already expired and taken by another receiver
-                out.append(Claim(message_id, held, count, expiry, body))
+                    won = self._rename(plans)
+                for plan in won:
+                    claimed_ids.add(plan.id)
+                    later.append((plan.held, plan.expiry_ms))
+                out.extend(self._read(won, max_receives, exhausted))
         finally:
             with self._lock:
                 for name, expiry in later:
                     self._candidates.add_invisible(name, expiry)
         return self._unexpired(out) if vt_ms else out
+
+    def _plan(
+        self,
+        wanted: int,
+        vt_ms: int,
+        claimed_ids: set[str],
+        later: list[tuple[str, int]],
+        relists: int,
+    ) -> tuple[list[Plan], int]:
+        """The next ``wanted`` claims to try, of distinct messages not claimed
+        in this batch yet, and the listings taken so far (caller holds the lock)."""
+        plans: list[Plan] = []
+        ids = set(claimed_ids)
+        while len(plans) < wanted:
+            name, relists, now = self._next_candidate(relists, may_list=not plans)
+            if name is None:
+                break
+            parsed = names.parse(name)
+            if parsed is None or parsed.state == names.NEW or not names.is_visible(parsed, now):
+                continue  # foreign, or not visible (any more)
+            if parsed.id in ids:  # not again in this batch
+                if parsed.expiry_ms is not None:
+                    later.append((name, parsed.expiry_ms))
+                continue
+            ids.add(parsed.id)
+            count, expiry = parsed.receive_count + 1, self._clock.expiry_ms(vt_ms)
+            held = names.next_name(parsed, expiry, count)
+            plans.append(Plan(name, parsed.id, held, count, expiry))
+        return plans, relists
+
+    def _rename(self, plans: list[Plan]) -> list[Plan]:
+        """Rename each planned candidate to held; the plans won, in order
+        (caller holds the lock). A storage error is raised if nothing was won."""
+        store = self._store
+        errors = store.rename_batch([(plan.candidate, plan.held) for plan in plans])
+        won: list[Plan] = []
+        failure: OSError | None = None
+        for plan, error in zip(plans, errors, strict=True):
+            if error is None:
+                self._candidates.won()
+                won.append(plan)
+            elif isinstance(error, OutcomeUnknown):
+                # Slow enough that a lister may have finished it for us: not
+                # ours to return; if it took effect, the message comes back at
+                # the held name's expiry, as from a claimer that died.
+                log.warning(
+                    "%s: a claim of %s was too slow to tell its outcome", store.url, plan.candidate
+                )
+            elif isinstance(error, FileNotFoundError | FileExistsError):
+                skipped = self._candidates.lost(store.renames_cost_requests)
+                log.debug("%s: lost a claim race; skipping %d candidates", store.url, skipped)
+            else:
+                failure = failure or error
+        if failure is not None and not won:
+            raise failure
+        if failure is not None:  # what was won is returned; the error shows at the next call
+            log.warning("%s: a claim failed: %s", store.url, failure)
+        return won
+
+    def _read(
+        self,
+        won: list[Plan],
+        max_receives: int | None,
+        exhausted: Callable[[str], None] | None,
+    ) -> list[Claim]:
+        """The claims with their bodies (read side by side where renames cost
+        requests); one past ``max_receives`` goes to ``exhausted`` instead."""
+        kept: list[Plan] = []
+        for plan in won:
+            if max_receives is not None and plan.receive_count > max_receives and exhausted:
+                exhausted(plan.held)
+            else:
+                kept.append(plan)
+        width = IN_FLIGHT if self._store.renames_cost_requests else 1
+        bodies = fan_out(self._store.read, [plan.held for plan in kept], width)
+        out: list[Claim] = []
+        for plan, body in zip(kept, bodies, strict=True):
+            error = body.exception()
+            if isinstance(error, FileNotFoundError):
+                continue  # already expired and taken by another receiver
+            if error is not None:
+                raise error
+            out.append(Claim(plan.id, plan.held, plan.receive_count, plan.expiry_ms, body.result()))
+        return out
 
     def _unexpired(self, claimed: list[Claim]) -> list[Claim]:
         """Drop claims whose visibility timeout ran out before the batch returns
@@ -523,33 +610,6 @@ class Receiver:
                 continue
             kept.append(claim)
         return kept
-
-    def _claim(self, name: str, now_ms: int, vt_ms: int) -> tuple[str, str, int, int] | None:
-        """Rename a candidate to held: ``(id, held name, count, expiry)``, ``None`` if lost.
-
-        The caller holds the lock.
-        """
-        parsed = names.parse(name)
-        if parsed is None or parsed.state == names.NEW or not names.is_visible(parsed, now_ms):
-            return None  # foreign, or not visible (any more)
-        message_id, count = parsed.id, parsed.receive_count + 1
-        expiry = self._clock.expiry_ms(vt_ms)
-        held = names.next_name(parsed, expiry, count)
-        store = self._store
-        try:
-            store.rename(name, held)
-        except OutcomeUnknown:
-            # Slow enough that a lister may have finished it for us: not
-            # ours to return; if it took effect, the message comes back at
-            # ``held``'s expiry, as from a claimer that died.
-            log.warning("%s: a claim of %s was too slow to tell its outcome", store.url, name)
-            return None
-        except (FileNotFoundError, FileExistsError):
-            skipped = self._candidates.lost(store.renames_cost_requests)
-            log.debug("%s: lost a claim race; skipping %d candidates", store.url, skipped)
-            return None
-        self._candidates.won()
-        return message_id, held, count, expiry
 
     # ----------------------------------------------------------- listing
     def _relist(self, now_ms: int) -> None:

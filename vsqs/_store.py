@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from typing import ClassVar
 
 #: Name changes (``list`` is a method name inside :class:`Store`).
 Changes = list[tuple[str, bool]]
 Names = list[str]
+#: Per operation of a batch: ``None``, or the ``OSError`` it raised.
+Outcomes = list[OSError | None]
 
 
 class OutcomeUnknown(TimeoutError):
@@ -137,6 +139,23 @@ class Store(ABC):
         :attr:`unique_names` holds, the queue never renames onto a name that
         exists, and the store need not check ``dst`` (it costs a request).
         """
+
+    def rename_batch(self, moves: Sequence[tuple[str, str]]) -> Outcomes:
+        """:meth:`rename` every ``(src, dst)``; per move ``None`` or the
+        ``OSError`` it raised, in order (other errors propagate).
+
+        One after another here; stores whose renames cost requests run them
+        side by side. The moves must be of distinct messages.
+        """
+        errors: Outcomes = []
+        for src, dst in moves:
+            try:
+                self.rename(src, dst)
+            except OSError as exc:
+                errors.append(exc)
+            else:
+                errors.append(None)
+        return errors
 
     @abstractmethod
     def delete(self, name: str, *, known: bool = False) -> None:

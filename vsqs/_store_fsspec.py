@@ -55,6 +55,8 @@ class FsspecObjects(ObjectIO):
         self._serial: AbstractContextManager[Any] = (
             _MEMORY if "memory" in protocols else nullcontext()
         )
+        if "memory" in protocols:
+            self.in_flight = 1  # its requests take one lock anyway
 
     @property
     def probe_scope(self) -> Hashable:

@@ -50,14 +50,15 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import count
 from typing import ClassVar
 
 from . import _names as names
 from ._errors import QueueNotFound, UnsupportedStore
-from ._store import OutcomeUnknown, Store
+from ._fanout import IN_FLIGHT, fan_out
+from ._store import Outcomes, OutcomeUnknown, Store
 
 log = logging.getLogger("vsqs")
 
@@ -72,6 +73,8 @@ FINISH_AFTER = 10.0
 BATCH = 1000
 #: Creates of one move marker whose outcome stayed unknown, before giving up.
 COMMIT_ATTEMPTS = 3
+
+_COUNT_LOCK = threading.Lock()
 
 #: One id's objects: ``(name, modified)`` (``list`` is a method name in the store).
 Group = list[tuple[str, float | None]]
@@ -91,6 +94,9 @@ class ObjectIO(ABC):
     #: Short name of the protocol that makes creates exclusive, shown by
     #: :attr:`ObjectStore.protocol` (``"create-only"``, ``"gcs-generation"``).
     exclusive_create_via: ClassVar[str] = "create-only"
+    #: Requests of one batch this adapter serves at once; 1 sends them one
+    #: after another (a filesystem that is not thread-safe, a simulation).
+    in_flight: int = IN_FLIGHT
 
     url: str
 
@@ -103,7 +109,8 @@ class ObjectIO(ABC):
         return (type(self), self.url)
 
     def count(self, kind: str) -> None:
-        self.requests[kind] += 1
+        with _COUNT_LOCK:  # batches send requests from several threads
+            self.requests[kind] += 1
 
     @abstractmethod
     def container_exists(self) -> bool:
@@ -292,7 +299,7 @@ class ObjectStore(Store):
         it leaves. See :meth:`_settle`.
         """
         if self._pending():
-            self._send_deletions([], quiet=True)
+            self._send_deletions()
         group: Group = []
         group_id = ""
         for name, modified in self.io.listing(prefix):
@@ -413,14 +420,15 @@ class ObjectStore(Store):
                 self._repaired.append(name)
             full = len(self._doomed) + len(self._spent) >= BATCH
         if full:
-            self._send_deletions([], quiet=True)
+            self._send_deletions()
 
-    def _send_deletions(self, first: Names, *, quiet: bool = False) -> None:
-        """Delete ``first`` and what this client held back, in one batch.
+    def _send_deletions(self, first: Sequence[str] = ()) -> set[str]:
+        """Delete ``first`` and what this client held back, in one batch; return
+        the names of ``first`` that were not deleted.
 
         An acknowledged name's marker is spent once the name is deleted, and
         goes with the next batch (never with the name: a batch deletes in no
-        promised order). ``OSError`` if a name of ``first`` was not deleted.
+        promised order).
         """
         with self._lock:
             doomed, spent = list(self._doomed), list(self._spent)
@@ -435,18 +443,16 @@ class ObjectStore(Store):
                 else:
                     self._spent[name + MOVED_SUFFIX] = None
             self._spent.update(dict.fromkeys(m for m in spent if m in failed))
-        lost = failed.intersection(first)
-        if lost and not quiet:
-            raise OSError(f"{self.url}: could not delete {sorted(lost)[0]}")
         if failed:
             log.debug("%s: %d deletions failed; retried with the next batch", self.url, len(failed))
+        return failed.intersection(first)
 
     def flush(self) -> None:
         """Send every deletion held back (acknowledged names, then their markers)."""
         for _ in range(3):
             if not self._pending():
                 return
-            self._send_deletions([], quiet=True)
+            self._send_deletions()
 
     def take_repairs(self) -> Names:
         """Leftovers of crashed clients that listings repaired (sources of moves
@@ -485,6 +491,34 @@ class ObjectStore(Store):
         return True  # a PUT is all or nothing
 
     def rename(self, src: str, dst: str) -> None:
+        error = self.rename_batch([(src, dst)])[0]
+        if error is not None:
+            raise error
+
+    def rename_batch(self, moves: Sequence[tuple[str, str]]) -> Outcomes:
+        """Commit and copy every move side by side (up to the adapter's
+        :attr:`~ObjectIO.in_flight`), then delete all their sources with one
+        batch: each target is returned only once its source is gone."""
+        copied = fan_out(self._commit_and_copy, moves, self.io.in_flight)
+        errors: Outcomes = []
+        for future in copied:
+            error = future.exception()
+            if error is not None and not isinstance(error, OSError):
+                raise error
+            errors.append(error)
+        sources = [src for (src, _), error in zip(moves, errors, strict=True) if error is None]
+        failed = self._send_deletions(sources) if sources else set()
+        for i, (src, _) in enumerate(moves):
+            if errors[i] is None:
+                if src in failed:  # the source stays hidden under its marker
+                    errors[i] = OSError(f"{self.url}: could not delete {src}")
+                else:
+                    self._spend(src + MOVED_SUFFIX)
+        return errors
+
+    def _commit_and_copy(self, move: tuple[str, str]) -> None:
+        """The first two steps of a move: its marker (the commit), then the copy."""
+        src, dst = move
         marker = src + MOVED_SUFFIX
         started = self._clock()
         self._commit(marker, dst)  # FileNotFoundError: another client moved it
@@ -498,8 +532,6 @@ class ObjectStore(Store):
                 # and ``dst`` may since have moved on, so no read can tell.
                 raise OutcomeUnknown(f"{src}: the outcome of a slow move is unknown") from None
             raise  # gone before our marker was made: another client moved it
-        self._send_deletions([src])  # OSError: the source stays hidden under its marker
-        self._spend(marker)
 
     def delete(self, name: str, *, known: bool = False) -> None:
         """Delete a message name, exclusively with every move of it.
@@ -535,7 +567,7 @@ class ObjectStore(Store):
             self._doomed[name] = None
             full = len(self._doomed) + len(self._spent) >= BATCH
         if full:
-            self._send_deletions([], quiet=True)
+            self._send_deletions()
 
     def _claim(self, target: str) -> bytes:
         """A marker's content: the target ('' for a delete) and a token unique to

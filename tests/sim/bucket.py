@@ -49,8 +49,8 @@ class Bucket:
     now: float = 0.0
     objects: dict[str, Object] = field(default_factory=dict)
     generations: int = 0
-    #: Every key ever written, for the oracle.
-    written: set[str] = field(default_factory=set)
+    #: Every key ever written, with the bytes first written to it, for the oracle.
+    written: dict[str, bytes] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.flavour not in FLAVOURS:
@@ -60,7 +60,7 @@ class Bucket:
         self.generations += 1
         etag = '"' + hashlib.md5(data).hexdigest() + '"'
         self.objects[key] = Object(data, etag, round(self.now, 3), self.generations)
-        self.written.add(key)
+        self.written.setdefault(key, data)
         return etag
 
     def _get(self, key: str) -> Object:

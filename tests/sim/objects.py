@@ -23,6 +23,9 @@ ATTEMPTS = 3
 class SimObjects(ObjectIO):
     """One queue (``prefix``) of a simulated bucket, for one client."""
 
+    #: The scheduler runs actors' threads only: a batch's requests go one by one.
+    in_flight = 1
+
     def __init__(
         self,
         scheduler: Scheduler,

@@ -29,7 +29,7 @@ violation of the promises vsqs makes on every store:
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from vsqs import _names as names
 
@@ -81,10 +81,15 @@ def judge(
     errors: list[str],
     tolerance: float,
     moved: set[str] = frozenset(),  # type: ignore[assignment]
+    aliases: dict[str, str] | None = None,
 ) -> Verdict:
     """Check a finished run; ``tolerance``: the largest clock difference between
-    clients; ``moved``: ids of messages that entered another queue."""
+    clients; ``moved``: ids of messages that entered another queue;
+    ``aliases``: the sibling ids of second copies, mapped to the sent id."""
     verdict = Verdict()
+    if aliases:
+        events = [replace(e, ids=[aliases.get(i, i) for i in e.ids]) for e in events]
+        drained = [replace(d, id=aliases.get(d.id, d.id)) for d in drained]
     for error in errors:
         verdict.add(f"errors: {error}")
     holds: dict[str, Hold] = {}  # receipt -> the hold it belongs to

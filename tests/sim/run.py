@@ -26,6 +26,7 @@ from .bucket import Bucket
 from .objects import SimObjects
 from .oracle import Drained, Verdict, judge
 from .scheduler import Faults, Scheduler
+from .workload import Event
 
 SKEW = 0.02  # clients' clocks are within ±SKEW s of the bucket's
 
@@ -152,8 +153,11 @@ def _run(plan: Plan) -> Report:
     errors = [f"{a.name}: {type(a.error).__name__}: {a.error}" for a in scheduler.actors if a.error]
     drained = _drain(scheduler, opener, plan.dead_letter)
     leftovers = sorted(key for key in bucket.objects if not key.endswith("/" + names.CONFIG_NAME))
-    in_dlq = {k.rpartition("/")[2][: names.ID_LEN] for k in bucket.written if "/dlq/" in k}
-    in_src = {k.rpartition("/")[2][: names.ID_LEN] for k in bucket.written if "/src/" in k}
+    aliases = sibling_ids(bucket.written, history.events)
+    in_dlq, in_src = ({
+        aliases.get(i, i) for k in bucket.written if f"/{queue}/" in k
+        for i in [k.rpartition("/")[2][: names.ID_LEN]]
+    } for queue in ("dlq", "src"))  # fmt: skip
     verdict = judge(
         history.events,
         drained,
@@ -161,11 +165,30 @@ def _run(plan: Plan) -> Report:
         errors,
         tolerance=2 * SKEW + 0.002,
         moved=in_dlq & in_src,
+        aliases=aliases,
     )
     requests = sum(sum(i.requests.values()) for i in ios)
     return Report(
         plan, verdict, scheduler.fingerprint(), scheduler.steps, requests, scheduler.trace
     )
+
+
+def sibling_ids(written: dict[str, bytes], events: list[Event]) -> dict[str, str]:
+    """The sibling ids that moves gave second copies (same ms and seq, same
+    body, another nonce: ``names.sibling_id``), each mapped to the sent id."""
+    sent = {
+        body: message_id
+        for e in events
+        if e.op in ("send", "send_batch")
+        for message_id, body in zip(e.ids, e.bodies, strict=False)
+    }
+    aliases = {}
+    for key, data in written.items():
+        parsed = names.parse(key.rpartition("/")[2])
+        original = sent.get(data)
+        if parsed and original and parsed.id != original and parsed.id[:19] == original[:19]:
+            aliases[parsed.id] = original
+    return aliases
 
 
 def _exit_on_error(script: Callable[..., None], *args: Any) -> None:
