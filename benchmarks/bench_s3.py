@@ -16,14 +16,24 @@ fake-gcs-server, and measures, in the same run:
   logic. moto is slow and single-process, so only the ratios mean anything;
   real S3 is bound by its round-trip time instead.
 
+* with ``--rtt MS``, on moto behind a proxy that holds every response MS
+  milliseconds (a same-region round trip is 10-60 ms): messages per second,
+  round trips of wall time per message and requests per message of
+  ``send_batch(100)``, of ``receive_batch(10)`` + ``delete_batch`` with one
+  client, and of 4 and 8 consumer processes; against the floor, a raw loop
+  that sends the same requests, as wide, through the same proxy (s3fs's
+  client, no queue logic).
+
     python benchmarks/bench_s3.py            # default sizes, a few minutes
     python benchmarks/bench_s3.py --quick    # small sizes
+    python benchmarks/bench_s3.py --rtt 20   # at a realistic latency
     python benchmarks/bench_s3.py --json figures.json
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import multiprocessing
 import sys
@@ -32,14 +42,17 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import vsqs
+from vsqs._fanout import IN_FLIGHT
 from vsqs._store_object import ObjectStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests._ceph_rgw import ceph_available, ceph_rgw
+from tests._fault_proxy import FaultProxy
 from tests._moto_server import moto_s3
 from tests.servers import fake_gcs
 
@@ -52,9 +65,16 @@ def fresh_url(root: str = "s3://bench") -> str:
 
 
 def requests_of(q: vsqs.Queue) -> Counter[str]:
-    store = q._store
+    store = q.store
     assert isinstance(store, ObjectStore)
     return store.io.requests
+
+
+def flush(q: vsqs.Queue) -> None:
+    """Send the deletions the client held back (they count in its requests)."""
+    store = q.store
+    assert isinstance(store, ObjectStore)
+    store.flush()
 
 
 def count_requests(root: str, options: dict[str, Any], backlog: int) -> dict[str, Any]:
@@ -197,6 +217,143 @@ def consumers(options: dict[str, Any], count: int, processes: int) -> tuple[floa
     return elapsed / count * 1e6, requests.value / count
 
 
+# ------------------------------------------------------------- latency
+def _consume_batches(url: str, options: dict[str, Any], go: Any, taken: Any, requests: Any) -> None:
+    with vsqs.Queue(url, storage_options=options) as q:
+        requests_of(q).clear()
+        go.wait()
+        while got := q.receive_batch(10):
+            q.delete_batch(got)
+            with taken.get_lock():
+                taken.value += len(got)
+        flush(q)
+        with requests.get_lock():
+            requests.value += sum(requests_of(q).values())
+
+
+def batch_consumers(url: str, options: dict[str, Any], count: int, processes: int) -> float:
+    """Seconds for ``processes`` consumers to receive and ack ``count`` messages."""
+    go, taken, requests = ctx.Event(), ctx.Value("i", 0), ctx.Value("i", 0)
+    procs = [
+        ctx.Process(target=_consume_batches, args=(url, options, go, taken, requests))
+        for _ in range(processes)
+    ]
+    for proc in procs:
+        proc.start()
+    time.sleep(3)  # let the interpreters start and open the queue
+    start = time.perf_counter()
+    go.set()
+    for proc in procs:
+        proc.join(1800)
+    elapsed = time.perf_counter() - start
+    assert taken.value == count, f"{taken.value} of {count} taken"
+    return elapsed, requests.value
+
+
+class Floor:
+    """The requests of vsqs's batches with no queue logic: the same kinds, as
+    wide (:data:`IN_FLIGHT` at once), through the same s3fs client."""
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        import s3fs
+
+        self.fs = s3fs.S3FileSystem(**options)
+        self.prefix = uuid.uuid4().hex[:8]
+        self.pool = ThreadPoolExecutor(IN_FLIGHT)
+
+    def call(self, method: str, **kwargs: Any) -> Any:
+        return self.fs.call_s3(method, Bucket="bench", **kwargs)
+
+    def wide(self, method: str, keys: list[str], **kwargs: Any) -> None:
+        list(self.pool.map(lambda key: self.call(method, Key=key, **kwargs), keys))
+
+    def send(self, start: int, n: int) -> list[str]:
+        """send_batch: a marker, n exclusive creates side by side, the marker's removal."""
+        keys = [f"{self.prefix}/{i:08d}" for i in range(start, start + n)]
+        self.call("put_object", Key=keys[0] + ".sending", Body=b"", IfNoneMatch="*")
+        self.wide("put_object", keys, Body=BODY, IfNoneMatch="*")
+        self.call("delete_objects", Delete={"Objects": [{"Key": keys[0] + ".sending"}]})
+        return keys
+
+    def receive_and_ack(self, keys: list[str]) -> None:
+        """receive_batch + delete_batch: a listing, claim markers, copies, one
+        delete of the sources, the bodies; ack markers and heads (their objects
+        go with the next batch's delete)."""
+        self.call("list_objects_v2", Prefix=self.prefix + "/", MaxKeys=1000)
+        self.wide("put_object", [k + ".moved" for k in keys], Body=b"h", IfNoneMatch="*")
+        list(
+            self.pool.map(
+                lambda k: self.call(
+                    "copy_object", Key=k + ".h", CopySource={"Bucket": "bench", "Key": k}
+                ),
+                keys,
+            )
+        )
+        self.call("delete_objects", Delete={"Objects": [{"Key": k} for k in keys]})
+        self.wide("get_object", [k + ".h" for k in keys])
+        self.wide("put_object", [k + ".h.moved" for k in keys], Body=b"", IfNoneMatch="*")
+        self.wide("head_object", [k + ".h" for k in keys])
+
+
+def latency(upstream: dict[str, Any], rtt: float, count: int) -> dict[str, Any]:
+    """Wall time, round trips and requests per message at ``rtt`` seconds a request."""
+    endpoint = upstream["client_kwargs"]["endpoint_url"]
+    figures: dict[str, Any] = {"rtt_ms": rtt * 1000, "messages": count}
+    with FaultProxy(endpoint) as proxy:
+        options = copy.deepcopy(upstream) | {"skip_instance_cache": True}
+        options["client_kwargs"]["endpoint_url"] = proxy.endpoint
+        with vsqs.Queue(fresh_url(), storage_options=options) as q:
+            proxy.arm("slow", every=True, delay=rtt)
+            counts = requests_of(q)
+            counts.clear()
+            start = time.perf_counter()
+            for _ in range(count // 100):
+                q.send_batch([BODY] * 100)
+            figures["send_batch_100"] = (time.perf_counter() - start, sum(counts.values()))
+            counts.clear()
+            start = time.perf_counter()
+            done = 0
+            while got := q.receive_batch(10):
+                q.delete_batch(got)
+                done += len(got)
+            flush(q)
+            assert done == count
+            figures["receive_10_delete_batch"] = (time.perf_counter() - start, sum(counts.values()))
+        floor = Floor(options)
+        start = time.perf_counter()
+        keys = [k for b in range(count // 100) for k in floor.send(b * 100, 100)]
+        figures["floor_send_batch_100"] = (time.perf_counter() - start, None)
+        start = time.perf_counter()
+        for b in range(0, count, 10):
+            floor.receive_and_ack(keys[b : b + 10])
+        figures["floor_receive_10_ack"] = (time.perf_counter() - start, None)
+        for n in (4, 8):
+            url = fresh_url()
+            with vsqs.Queue(url, storage_options=upstream) as q:
+                q.send_batch([BODY] * count)
+            figures[f"consumers_{n}"] = batch_consumers(url, options, count, n)
+    return figures
+
+
+def print_latency(figures: dict[str, Any]) -> None:
+    rtt, count = figures["rtt_ms"] / 1000, figures["messages"]
+    print(f"S3 (moto) at {figures['rtt_ms']:.0f} ms a request, {count} messages:")
+    print(f"  {'':28} {'msg/s':>8} {'RTT/msg':>8} {'req/msg':>8} {'vs floor':>9}")
+    for key, floor_key in (
+        ("send_batch_100", "floor_send_batch_100"),
+        ("receive_10_delete_batch", "floor_receive_10_ack"),
+        ("consumers_4", None),
+        ("consumers_8", None),
+    ):
+        seconds, requests = figures[key]
+        ratio = f"{seconds / figures[floor_key][0]:9.2f}" if floor_key else ""
+        print(f"  {key:28} {count / seconds:8.0f} {seconds / count / rtt:8.2f} "
+              f"{requests / count:8.2f} {ratio}")  # fmt: skip
+        if floor_key:
+            floor = figures[floor_key][0]
+            print(f"  {'  floor':28} {count / floor:8.0f} {floor / count / rtt:8.2f}")
+
+
 def stores(tmp: str) -> Iterator[tuple[str, str, dict[str, Any]]]:
     """``(name, root URL, storage options)`` of every store this machine can run."""
     with moto_s3("bench") as options:
@@ -214,8 +371,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="small sizes")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")
+    parser.add_argument(
+        "--rtt", type=float, metavar="MS", help="only the latency mode, every request held MS ms"
+    )
     args = parser.parse_args(argv)
     count = 200 if args.quick else 1000
+    if args.rtt is not None:
+        with moto_s3("bench") as options:
+            figures = latency(options, args.rtt / 1000, count)
+        print_latency(figures)
+        if args.json:
+            Path(args.json).write_text(json.dumps(figures, indent=1) + "\n")
+        return 0
     figures: dict[str, Any] = {"stores": {}}
     with tempfile.TemporaryDirectory() as tmp:
         for name, root, options in stores(tmp):

@@ -25,7 +25,7 @@ from ._errors import (
     UnsupportedStore,
     VsqsError,
 )
-from ._message import Message, QueueStats
+from ._message import DeleteResult, Message, QueueStats
 from ._names import FORMAT_VERSION
 from ._queue import Queue
 from ._registry import list_queues
@@ -37,6 +37,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "FORMAT_VERSION",
+    "DeleteResult",
     "InvalidArgument",
     "InvalidBody",
     "InvalidQueueName",

@@ -284,6 +284,11 @@ def _each_receipt(receipts: tuple[str, ...], action: Callable[[str], object]) ->
             action(receipt)
         except ReceiptExpired as exc:
             stale.append(str(exc))
+    _report_stale(stale)
+
+
+def _report_stale(stale: list[str]) -> None:
+    """One line for each stale receipt; exit 1 if there was any."""
     for line in stale[:-1]:
         click.echo(f"vsqs: error: {line}", err=True)
     if stale:
@@ -297,7 +302,10 @@ def _each_receipt(receipts: tuple[str, ...], action: Callable[[str], object]) ->
 def delete(url: str, receipts: tuple[str, ...]) -> None:
     """Delete (acknowledge) received messages by receipt ('-': one per line of stdin)."""
     with open_queue(url) as queue:
-        _each_receipt(receipts, queue.delete)
+        acked = queue.delete_batch(_receipts(receipts))
+    for error in acked.failed.values():
+        raise error
+    _report_stale([f"cannot delete: {r} is no longer current" for r in acked.stale])
 
 
 @main.command(short_help="Keep a received message hidden longer.")

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from . import _names as names
-from ._errors import InvalidBody
+from ._errors import InvalidBody, StorageError
 
 if TYPE_CHECKING:
     from ._queue import Queue
@@ -133,3 +133,24 @@ class QueueStats:
     def as_dict(self) -> dict[str, int | float | None]:
         """The figures by name, for JSON and metrics."""
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class DeleteResult:
+    """What :meth:`vsqs.Queue.delete_batch` did, receipt by receipt, in the
+    order given (SQS's ``DeleteMessageBatch`` result).
+
+    ``deleted``: acknowledged for good. ``stale``: no longer current (the
+    message was deleted, or received again after its visibility timeout);
+    nothing changed. ``failed``: the storage call failed, with its error; the
+    outcome is unknown and an ack can be retried with the same receipt.
+    """
+
+    deleted: list[str]
+    stale: list[str]
+    failed: dict[str, StorageError]
+
+    @property
+    def ok(self) -> bool:
+        """Whether every receipt was deleted."""
+        return not (self.stale or self.failed)

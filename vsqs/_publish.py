@@ -8,7 +8,6 @@ queue (dead letters, redrive), and by the Spark writer's commit.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 
 from . import _names as names
@@ -17,9 +16,9 @@ from ._store import Store
 
 #: Fresh ids a send tries before it gives up.
 SEND_ATTEMPTS = 8
-#: Renames in flight at once when a commit runs concurrently (object stores,
-#: where each rename is several requests).
-COMMIT_THREADS = 16
+#: Sends of one batch that share one batch marker on object stores
+#: (:meth:`ObjectStore.write_batch`).
+SEND_CHUNK = 256
 
 
 def publish(
@@ -81,33 +80,26 @@ def commit(
     visible_at: int | None,
     *,
     durable: bool,
-    concurrent: bool = False,
     published: Callable[[str, str], object] | None = None,
 ) -> None:
     """Rename staged ids to their final names (ready, or delayed until
-    ``visible_at``), then make the names durable if asked.
+    ``visible_at``) with one :meth:`Store.rename_batch` (side by side where
+    renames cost requests), then make the names durable if asked.
 
-    In order, one at a time, unless ``concurrent``: then up to
-    :data:`COMMIT_THREADS` at once, for stores whose renames cost requests
-    (the order among the batch is then not kept). ``published(id, name)`` is
-    called after each rename. If a rename fails, the error propagates; the
-    ids published before it stay published.
+    ``published(id, name)`` is called for each id renamed, in order. If a
+    rename fails, the first error is raised once the others were made; the
+    ids renamed stay published.
     """
-
-    def one(message_id: str) -> None:
-        final = names.published_name(message_id, visible_at)
-        store.rename(names.new_name(message_id), final)
-        if published is not None:
+    moves = [(names.new_name(i), names.published_name(i, visible_at)) for i in staged]
+    errors = store.rename_batch(moves)
+    for message_id, (_, final), error in zip(staged, moves, errors, strict=True):
+        if error is None and published is not None:
             published(message_id, final)
-
-    if concurrent and len(staged) > 1:
-        with ThreadPoolExecutor(min(COMMIT_THREADS, len(staged))) as pool:
-            list(pool.map(one, staged))
-    else:
-        for message_id in staged:
-            one(message_id)
     if durable and staged:
         store.sync_names()
+    for error in errors:
+        if error is not None:
+            raise error
 
 
 class Publisher:
@@ -158,9 +150,11 @@ class Publisher:
 
     def send_batch(self, datas: list[bytes], delay_ms: int) -> list[str]:
         """Stage every message, make them durable with one sync, then publish
-        them in order. Not atomic: on an error a prefix may have been sent."""
+        them (one rename batch). Not atomic: on an error some may have been sent."""
         store = self._store
         if store.creates_atomically(self._durable):
+            if store.renames_cost_requests:
+                return self._send_side_by_side(datas, delay_ms)
             return self.send(datas, delay_ms)
         staged: list[str] = []
         sent: list[str] = []
@@ -178,5 +172,41 @@ class Publisher:
                 visible_at = self._clock.expiry_ms(delay_ms) if delay_ms else None
                 commit(store, staged, visible_at, durable=self._durable, published=published)
             finally:
-                unstage(store, staged[len(sent) :])
+                unstage(store, sorted(set(staged).difference(sent)))
         return sent
+
+    def _send_side_by_side(self, datas: list[bytes], delay_ms: int) -> list[str]:
+        """Create a batch's names side by side, :data:`SEND_CHUNK` at a time,
+        each chunk's ids issued inside :meth:`Store.sending` (receivers see a
+        chunk once it is whole). A name that was taken or burned is sent again
+        under a fresh id, after the rest of its chunk."""
+        sent: list[str] = []
+        with storage_errors(lambda: f"sending a batch to {self._store.url} ({len(sent)} sent)"):
+            for start in range(0, len(datas), SEND_CHUNK):
+                retry = self._send_chunk(datas[start : start + SEND_CHUNK], delay_ms, sent)
+                sent.extend(self._send_one(data, delay_ms) for data in retry)
+        return sent
+
+    def _send_chunk(self, chunk: list[bytes], delay_ms: int, sent: list[str]) -> list[bytes]:
+        """Write one chunk side by side, adding the ids sent to ``sent``; return
+        the messages whose name was taken or burned. The first other error is
+        raised once the chunk is written."""
+        store = self._store
+        with store.sending(self._clock.floor_id()):
+            ids = [self._clock.next_id() for _ in chunk]
+            visible_at = self._clock.expiry_ms(delay_ms) if delay_ms else None
+            finals = [names.published_name(i, visible_at) for i in ids]
+            errors = store.write_batch(list(zip(finals, chunk, strict=True)), fsync=self._durable)
+        retry: list[bytes] = []
+        failure: OSError | None = None
+        for message_id, final, data, error in zip(ids, finals, chunk, errors, strict=True):
+            if error is None:
+                sent.append(message_id)
+                self._published(final, visible_at)
+            elif isinstance(error, FileExistsError):
+                retry.append(data)
+            else:
+                failure = failure or error
+        if failure is not None:
+            raise failure
+        return retry

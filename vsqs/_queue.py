@@ -37,10 +37,12 @@ from ._errors import (
     InvalidArgument,
     QueueNotFound,
     ReceiptExpired,
+    StorageError,
     UnsupportedStore,
     storage_errors,
 )
-from ._message import Body, Message, Progress, QueueStats, as_bytes, hold
+from ._fanout import fan_out
+from ._message import Body, DeleteResult, Message, Progress, QueueStats, as_bytes, hold
 from ._publish import Publisher, publish
 from ._receiver import DEFAULT_MAX_POLL_INTERVAL, Receiver
 from ._registry import open_store
@@ -250,8 +252,10 @@ class Queue:
         """Send several messages; return their ids in order.
 
         Durability is paid once per batch: the files are flushed with one
-        filesystem sync and the directory once. Not atomic: if this raises, a
-        prefix of the batch may have been sent.
+        filesystem sync and the directory once. On object stores the messages
+        are created side by side, and receivers see each chunk of up to 256
+        whole or not at all, so the batch is received in order. Not atomic: if
+        this raises, some of the batch may have been sent.
         """
         datas = [as_bytes(body) for body in bodies]
         return self._publisher.send_batch(datas, int(seconds(delay, "delay") * 1000))
@@ -338,20 +342,57 @@ class Queue:
         no longer current: the message was deleted, or was received again by
         someone else after its visibility timeout.
         """
+        self._ack(self._ack_target(msg_or_receipt))
+
+    def delete_batch(self, msgs_or_receipts: Iterable[Message | str]) -> DeleteResult:
+        """Acknowledge several received messages; say which were deleted,
+        which receipts were stale and which failed (nothing is raised for them).
+
+        Every receipt is checked before anything is deleted (a malformed one,
+        or a message of another queue, raises). Each ack is the one
+        :meth:`delete` makes; on object stores they run side by side and the
+        objects go with one batched request.
+        """
+        targets = [self._ack_target(item) for item in msgs_or_receipts]
+        deleted: list[str] = []
+        stale: list[str] = []
+        failed: dict[str, StorageError] = {}
+        for (receipt, _), outcome in zip(
+            targets, fan_out(self._ack, targets, self._store.batch_width), strict=True
+        ):
+            error = outcome.exception()
+            if error is None:
+                deleted.append(receipt)
+            elif isinstance(error, ReceiptExpired):
+                stale.append(receipt)
+            elif isinstance(error, StorageError):
+                failed[receipt] = error
+            else:
+                raise error
+        return DeleteResult(deleted, stale, failed)
+
+    def _ack_target(self, msg_or_receipt: Message | str) -> tuple[str, Message | None]:
+        """The receipt to acknowledge (checked: InvalidReceipt, InvalidArgument) and its message."""
         if not isinstance(msg_or_receipt, Message):
             if not names.is_receipt(msg_or_receipt):
                 names.parse_receipt(msg_or_receipt)  # raises InvalidReceipt with the reason
-            self._delete(msg_or_receipt, known=False)
-            return
+            return msg_or_receipt, None
         self._check_own(msg_or_receipt)
-        held = hold(msg_or_receipt)
+        return msg_or_receipt.receipt or "", msg_or_receipt
+
+    def _ack(self, target: tuple[str, Message | None]) -> None:
+        receipt, message = target
+        if message is None:
+            self._delete(receipt, known=False)
+            return
+        held = hold(message)
         with held.lock:
-            receipt = msg_or_receipt.receipt
-            issued = receipt is held.issued
+            current = message.receipt
+            issued = current is held.issued
             if not issued:
-                names.parse_receipt(receipt)  # changed by the caller: untrusted again
-            assert receipt is not None
-            self._delete(receipt, known=issued)
+                names.parse_receipt(current)  # changed by the caller: untrusted again
+            assert current is not None
+            self._delete(current, known=issued)
             held.done = True
 
     def _delete(self, receipt: str, *, known: bool) -> None:

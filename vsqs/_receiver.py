@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from . import _names as names
 from ._errors import storage_errors
-from ._fanout import IN_FLIGHT, fan_out
+from ._fanout import fan_out
 from ._inspect import collect_stale_new, stale_new_before
 from ._store import OutcomeUnknown, Store
 
@@ -582,8 +582,7 @@ class Receiver:
                 exhausted(plan.held)
             else:
                 kept.append(plan)
-        width = IN_FLIGHT if self._store.renames_cost_requests else 1
-        bodies = fan_out(self._store.read, [plan.held for plan in kept], width)
+        bodies = fan_out(self._store.read, [plan.held for plan in kept], self._store.batch_width)
         out: list[Claim] = []
         for plan, body in zip(kept, bodies, strict=True):
             error = body.exception()

@@ -30,6 +30,7 @@ from ._errors import (
     UnsupportedStore,
     VsqsError,
 )
+from ._fanout import POOL_THREADS
 from ._names import CONFIG_NAME, validate_queue_name
 from ._store import Store
 from ._store_local import LocalStore
@@ -246,6 +247,10 @@ def _filesystem(scheme: str, url: str, storage_options: dict[str, Any]) -> tuple
     options = dict(storage_options)
     if scheme in _PACKAGES:
         options.setdefault("use_listings_cache", False)
+    if scheme in ("s3", "s3a"):  # botocore keeps 10 connections: batches need more
+        config = dict(options.get("config_kwargs") or {})
+        config.setdefault("max_pool_connections", POOL_THREADS)
+        options["config_kwargs"] = config
     try:
         fs, path = fsspec.core.url_to_fs(url, **options)
     except ImportError as exc:

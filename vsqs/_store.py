@@ -10,14 +10,30 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Iterable, Sequence
-from typing import ClassVar
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from typing import ClassVar, TypeVar
+
+T = TypeVar("T")
 
 #: Name changes (``list`` is a method name inside :class:`Store`).
 Changes = list[tuple[str, bool]]
 Names = list[str]
 #: Per operation of a batch: ``None``, or the ``OSError`` it raised.
 Outcomes = list[OSError | None]
+
+
+def one_by_one(call: Callable[[T], object], items: Iterable[T]) -> Outcomes:
+    """Call ``call`` on each item in turn: ``None``, or the ``OSError`` it raised."""
+    errors: Outcomes = []
+    for item in items:
+        try:
+            call(item)
+        except OSError as exc:
+            errors.append(exc)
+        else:
+            errors.append(None)
+    return errors
 
 
 class OutcomeUnknown(TimeoutError):
@@ -140,6 +156,29 @@ class Store(ABC):
         exists, and the store need not check ``dst`` (it costs a request).
         """
 
+    @property
+    def batch_width(self) -> int:
+        """Calls of one batch (sends, claims, acks, reads) worth running at once:
+        1 (one after another) where a call is a system call; more where each
+        is a round trip (object stores)."""
+        return 1
+
+    def sending(self, floor_id: str) -> AbstractContextManager[None]:
+        """While this lasts, a sender writes a batch side by side: names of its
+        ids from ``floor_id`` on (same nonce) must not be listed, so that no
+        receiver takes a later one before an earlier one exists. Nothing to
+        do where a batch is written one name after another."""
+        return nullcontext()
+
+    def write_batch(self, items: Sequence[tuple[str, bytes]], *, fsync: bool) -> Outcomes:
+        """:meth:`write_new` every ``(name, data)`` of fresh, ascending ids;
+        per item ``None`` or the ``OSError`` it raised, in order.
+
+        One after another here; side by side where requests cost round trips
+        (inside :meth:`sending`).
+        """
+        return one_by_one(lambda item: self.write_new(*item, fsync=fsync), items)
+
     def rename_batch(self, moves: Sequence[tuple[str, str]]) -> Outcomes:
         """:meth:`rename` every ``(src, dst)``; per move ``None`` or the
         ``OSError`` it raised, in order (other errors propagate).
@@ -147,15 +186,7 @@ class Store(ABC):
         One after another here; stores whose renames cost requests run them
         side by side. The moves must be of distinct messages.
         """
-        errors: Outcomes = []
-        for src, dst in moves:
-            try:
-                self.rename(src, dst)
-            except OSError as exc:
-                errors.append(exc)
-            else:
-                errors.append(None)
-        return errors
+        return one_by_one(lambda move: self.rename(*move), moves)
 
     @abstractmethod
     def delete(self, name: str, *, known: bool = False) -> None:

@@ -51,6 +51,8 @@ import time
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterator, Sequence
+from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import count
 from typing import ClassVar
@@ -68,6 +70,11 @@ MOVED_SUFFIX = ".moved"
 #: not finish is finished by the next client that lists it. Finishing earlier
 #: would be just as safe, but it would race every claim in flight for nothing.
 FINISH_AFTER = 10.0
+#: Suffix of a batch marker ``<floor id>.sending``: while it is younger than
+#: FINISH_AFTER, listings hide every name of its sender (the floor id's nonce)
+#: whose id is at or above the floor: a batch written side by side is shown
+#: once it is whole.
+SENDING_SUFFIX = ".sending"
 #: Deletions (acknowledged messages, spent markers) a client holds back to
 #: send with its next batch; at this many it sends them at once.
 BATCH = 1000
@@ -192,6 +199,36 @@ def _marked_sources(group: Group) -> dict[str, float | None]:
     return marked
 
 
+def _os_error(future: Future[None]) -> OSError | None:
+    """The ``OSError`` a finished call raised (``None`` if it returned); other errors propagate."""
+    error = future.exception()
+    if error is None or isinstance(error, OSError):
+        return error
+    raise error
+
+
+def _sending_floor(name: str) -> str | None:
+    """The floor id of a batch marker, ``None`` for other names."""
+    floor = name[: -len(SENDING_SUFFIX)]
+    if name.endswith(SENDING_SUFFIX) and names.is_id(floor):
+        return floor
+    return None
+
+
+def _unsent(shown: Names, floors: dict[str, str]) -> Names:
+    """The names that no batch marker of their sender (``floors``: nonce to
+    floor id) hides."""
+    if not floors:
+        return shown
+    kept = []
+    for name in shown:
+        message_id = name[: names.ID_LEN]
+        floor = floors.get(message_id[-names.NONCE_LEN :])
+        if floor is None or message_id < floor:
+            kept.append(name)
+    return kept
+
+
 class ObjectStore(Store):
     """One queue on an object store; see the module docstring.
 
@@ -302,16 +339,20 @@ class ObjectStore(Store):
             self._send_deletions()
         group: Group = []
         group_id = ""
+        floors: dict[str, str] = {}  # nonce -> floor id of a batch being sent
         for name, modified in self.io.listing(prefix):
-            if name.startswith(PROBE_PREFIX):
-                if self._older(modified, FINISH_AFTER):  # a probe whose client was killed
+            floor = _sending_floor(name)
+            if floor is not None or name.startswith(PROBE_PREFIX):
+                if self._older(modified, FINISH_AFTER):  # its client was killed
                     self._spend(name, repaired=True)
+                elif floor is not None and not settle:
+                    floors[floor[-names.NONCE_LEN :]] = floor
                 continue
             if name[: names.ID_LEN] != group_id:
-                yield from self._settle(group, settle)
+                yield from _unsent(self._settle(group, settle), floors)
                 group, group_id = [], name[: names.ID_LEN]
             group.append((name, modified))
-        yield from self._settle(group, settle)
+        yield from _unsent(self._settle(group, settle), floors)
 
     def _settle(self, group: Group, settle: bool) -> Names:
         """The shown names of one id's objects (all of its keys are adjacent).
@@ -490,6 +531,37 @@ class ObjectStore(Store):
     def creates_atomically(self, fsync: bool) -> bool:
         return True  # a PUT is all or nothing
 
+    @property
+    def batch_width(self) -> int:
+        return self.io.in_flight
+
+    @contextmanager
+    def sending(self, floor_id: str) -> Iterator[None]:
+        """A batch marker ``<floor_id>.sending`` for as long as this lasts.
+
+        Its sender issues the batch's ids once the marker exists: a listing
+        that read the marker's place before it existed started before those
+        ids were issued, so receivers take them for young names and look
+        again (docs/format.md, "FIFO"); one that reads the marker hides them.
+        A marker left by a killed sender stops hiding after ``FINISH_AFTER``
+        and is collected.
+        """
+        marker = floor_id + SENDING_SUFFIX
+        self.io.create(marker, b"")
+        try:
+            yield
+        finally:
+            try:
+                left = self.io.remove([marker])
+            except OSError:
+                left = [marker]
+            if left:
+                self._spend(marker)
+
+    def write_batch(self, items: Sequence[tuple[str, bytes]], *, fsync: bool) -> Outcomes:
+        writes = fan_out(lambda item: self.write_new(*item, fsync=fsync), items, self.batch_width)
+        return [_os_error(future) for future in writes]
+
     def rename(self, src: str, dst: str) -> None:
         error = self.rename_batch([(src, dst)])[0]
         if error is not None:
@@ -499,13 +571,8 @@ class ObjectStore(Store):
         """Commit and copy every move side by side (up to the adapter's
         :attr:`~ObjectIO.in_flight`), then delete all their sources with one
         batch: each target is returned only once its source is gone."""
-        copied = fan_out(self._commit_and_copy, moves, self.io.in_flight)
-        errors: Outcomes = []
-        for future in copied:
-            error = future.exception()
-            if error is not None and not isinstance(error, OSError):
-                raise error
-            errors.append(error)
+        copied = fan_out(self._commit_and_copy, moves, self.batch_width)
+        errors = [_os_error(future) for future in copied]
         sources = [src for (src, _), error in zip(moves, errors, strict=True) if error is None]
         failed = self._send_deletions(sources) if sources else set()
         for i, (src, _) in enumerate(moves):

@@ -34,7 +34,7 @@ from . import _message, _queue
 from ._config import positive_int
 from ._dead_letter import redrive as sync_redrive
 from ._errors import VsqsError
-from ._message import Body, Progress, QueueStats
+from ._message import Body, DeleteResult, Progress, QueueStats
 from ._worker import ConsumePacing, settle, visibility_seconds
 
 log = logging.getLogger("vsqs")
@@ -195,6 +195,11 @@ class Queue:
         """See :meth:`vsqs.Queue.delete`."""
         queue = await self.open()
         await self._call(queue.delete, _unwrap(msg_or_receipt))
+
+    async def delete_batch(self, msgs_or_receipts: Iterable[Message | str]) -> DeleteResult:
+        """See :meth:`vsqs.Queue.delete_batch`."""
+        queue = await self.open()
+        return await self._call(queue.delete_batch, [_unwrap(m) for m in msgs_or_receipts])
 
     async def extend(self, msg_or_receipt: Message | str, visibility_timeout: float) -> Message:
         """See :meth:`vsqs.Queue.extend`."""

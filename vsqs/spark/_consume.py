@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import _names as names
-from .._errors import ReceiptExpired
 from .._message import Message
 from .._queue import Queue
 from ._read import SCHEMA
@@ -72,11 +71,10 @@ def consume(
             except BaseException:
                 _release(got)
                 raise
-            for message in got:
-                try:
-                    message.delete()
-                except ReceiptExpired:
-                    expired += 1
+            acked = queue.delete_batch(got)  # side by side on object stores
+            if acked.failed:
+                raise next(iter(acked.failed.values()))
+            expired += len(acked.stale)
             batches += 1
             messages += len(got)
     if expired:

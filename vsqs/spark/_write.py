@@ -77,14 +77,8 @@ class QueueWriter(DataSourceWriter):
         visible_at = names.MsClock(time.time).expiry_ms(delay_ms) if delay_ms else None
         ids = sorted(i for m in messages if isinstance(m, Staged) for i in m.ids)
         try:
-            # Where a rename is several requests, run them concurrently.
-            commit(
-                store,
-                ids,
-                visible_at,
-                durable=self.options.durable,
-                concurrent=store.renames_cost_requests,
-            )
+            # One rename batch: side by side where a rename is several requests.
+            commit(store, ids, visible_at, durable=self.options.durable)
         finally:
             store.close()
 

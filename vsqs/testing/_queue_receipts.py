@@ -54,6 +54,42 @@ class ReceiptTests:
         msg.delete()
         assert q.receive() is None
 
+    def test_delete_batch_says_what_it_deleted_and_what_was_stale(
+        self, q: vsqs.Queue, clock: FakeClock, store: vsqs.Store
+    ) -> None:
+        q.send_batch([b"a", b"b", b"c", b"d"])
+        got = q.receive_batch(4, visibility_timeout=1)
+        assert [m.body for m in got] == [b"a", b"b", b"c", b"d"]
+        got[0].delete()
+        clock.advance(1)
+        again = q.receive(visibility_timeout=30)  # "b" is held by another now
+        assert again is not None and again.id == got[1].id
+        receipts = [m.receipt or "" for m in got]
+        result = q.delete_batch([got[0], got[1], receipts[2], got[3], got[3]])
+        assert result.deleted == [receipts[2], receipts[3]]
+        assert result.stale == [receipts[0], receipts[1], receipts[3]]
+        assert (result.failed, result.ok) == ({}, False)
+        assert got[3].settled
+        again.delete()
+        assert q.receive() is None
+        assert listing(store) == [names.CONFIG_NAME]
+
+    def test_delete_batch_checks_every_receipt_before_deleting_any(
+        self, q: vsqs.Queue, store: vsqs.Store
+    ) -> None:
+        q.send_batch([b"a", b"b"])
+        got = q.receive_batch(2)
+        before = listing(store)
+        for bad in ("../../etc/passwd", "", f"{got[0].id}.new"):
+            with pytest.raises(vsqs.InvalidReceipt):
+                q.delete_batch([got[0], bad])
+        assert listing(store) == before
+        receipts = [m.receipt for m in got]
+        result = q.delete_batch(got)
+        assert result.deleted == receipts
+        assert result.ok
+        assert q.delete_batch([]) == vsqs.DeleteResult([], [], {})
+
     # ---------------------------------------------------------------- extend
     def test_extend_gives_a_new_receipt_and_more_time(
         self, q: vsqs.Queue, clock: FakeClock

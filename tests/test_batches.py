@@ -1,0 +1,199 @@
+"""Batches on object stores cost round trips, not requests: their requests run
+side by side (a proxy holds the first until a second is in flight, which never
+happens one at a time), a batch being sent is never received in part, and the
+sources of a batch of claims go with one delete request."""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import fsspec
+import pytest
+
+import vsqs
+from vsqs import _names as names
+from vsqs.stores import FsspecObjects, ObjectStore
+from vsqs.testing import FakeClock
+
+from ._fault_proxy import FaultProxy, Gate
+from .servers import Server
+
+Match = Callable[[str, str, dict[str, str]], bool]
+
+#: Ample for one proxied request on a busy machine; a test that waits this
+#: long has failed.
+PATIENCE = 60.0
+
+
+def proxied(server: Server, proxy: FaultProxy) -> dict[str, Any]:
+    options = copy.deepcopy(server.storage_options)
+    options["client_kwargs"]["endpoint_url"] = proxy.endpoint
+    options["skip_instance_cache"] = True
+    return options
+
+
+@pytest.fixture
+def s3_proxy(s3_server: Server) -> Iterator[FaultProxy]:
+    with FaultProxy(s3_server.storage_options["client_kwargs"]["endpoint_url"]) as proxy:
+        yield proxy
+
+
+def target(path: str) -> str:
+    return path.split("?", 1)[0].rpartition("/")[2]
+
+
+def message_create(method: str, path: str, headers: dict[str, str]) -> bool:
+    """An exclusive create of a message name (a send)."""
+    return method == "PUT" and "If-None-Match" in headers and names.parse(target(path)) is not None
+
+
+def claim_copy(method: str, path: str, headers: dict[str, str]) -> bool:
+    """The copy of a rename to a held name (a claim)."""
+    copied = any(k.lower() == "x-amz-copy-source" for k in headers)
+    return method == "PUT" and copied and names.parse(target(path)) is not None
+
+
+def ack_marker(method: str, path: str, headers: dict[str, str]) -> bool:
+    """The move marker that commits an ack."""
+    return method == "PUT" and "If-None-Match" in headers and target(path).endswith(".moved")
+
+
+class Hold(Gate):
+    """Holds the first matching request until :attr:`release` is set."""
+
+    def __init__(self, match: Match) -> None:
+        super().__init__(match)
+        self.held = threading.Event()
+        self.release = threading.Event()
+        self._taken = threading.Lock()
+
+    def enter(self, path: str) -> None:
+        if self._taken.acquire(blocking=False):
+            self.held.set()
+            self.release.wait(PATIENCE)
+
+    def leave(self, path: str) -> None:
+        pass
+
+
+def wait_until(condition: Any, what: str) -> None:
+    deadline = time.monotonic() + PATIENCE
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up waiting: {what}"
+        time.sleep(0.01)
+
+
+# ------------------------------------------------------------------ S3
+@pytest.mark.parametrize(
+    ("match", "action"),
+    [
+        (message_create, "send"),
+        (claim_copy, "receive"),
+        (ack_marker, "delete"),
+    ],
+)
+def test_a_batch_sends_its_requests_side_by_side(
+    s3_server: Server, s3_proxy: FaultProxy, match: Match, action: str
+) -> None:
+    url = s3_server.url()
+    bodies = [b"%d" % i for i in range(10)]
+    with vsqs.Queue(url, storage_options=proxied(s3_server, s3_proxy)) as q:
+        gate = Gate(match, timeout=PATIENCE)
+        if action == "send":
+            s3_proxy.gate = gate
+        q.send_batch(bodies)
+        if action == "receive":
+            s3_proxy.gate = gate
+        got = q.receive_batch(10)
+        assert [m.body for m in got] == bodies
+        s3_proxy.gate = gate
+        result = q.delete_batch(got)
+        assert result.deleted == [m.receipt for m in got]
+    assert gate.most_in_flight >= 2
+
+
+def test_a_batch_being_sent_is_not_received_in_part(
+    s3_server: Server, s3_proxy: FaultProxy
+) -> None:
+    """The first create of a batch is held while the others land: a receiver
+    sees none of the batch until it is whole, then all of it in order."""
+    url = s3_server.url()
+    bodies = [b"%d" % i for i in range(10)]
+    hold = s3_proxy.gate = Hold(message_create)
+    with (
+        vsqs.Queue(url, storage_options=proxied(s3_server, s3_proxy)) as producer,
+        vsqs.Queue(url, storage_options=s3_server.storage_options) as consumer,
+    ):
+        sent: list[str] = []
+        sender = threading.Thread(target=lambda: sent.extend(producer.send_batch(bodies)))
+        sender.start()
+        try:
+            assert hold.held.wait(PATIENCE)
+            wait_until(
+                lambda: len([n for n in consumer.store.list(settle=True) if names.is_id(n)]) == 9,
+                "the other nine creates of the batch",
+            )
+            assert consumer.receive_batch(10) == []
+        finally:
+            hold.release.set()
+            sender.join(PATIENCE)
+        got = consumer.receive_batch(10)
+        assert [m.id for m in got] == sent
+        assert [m.body for m in got] == bodies
+
+
+def test_the_claims_of_a_batch_delete_their_sources_with_one_request(
+    s3_server: Server,
+) -> None:
+    with vsqs.Queue(s3_server.url(), storage_options=s3_server.storage_options) as q:
+        q.send_batch([b"%d" % i for i in range(10)])
+        q.receive()  # lists, and leaves nine candidates
+        store = q.store
+        assert isinstance(store, ObjectStore)
+        before = store.io.requests.copy()
+        got = q.receive_batch(9)
+        spent = store.io.requests - before
+        assert len(got) == 9
+        assert spent["delete"] == 1
+        assert (spent["put"], spent["copy"], spent["get"]) == (9, 9, 9)
+
+
+# ---------------------------------------------------------- batch markers
+def memory_queue(clock: FakeClock, root: str) -> vsqs.Queue:
+    """A queue on fsspec's memory filesystem whose store ages markers by ``clock``."""
+    io = FsspecObjects(fsspec.filesystem("memory"), root, f"memory://{root}", bucketed=False)
+    return vsqs.Queue(ObjectStore(io, clock=clock), clock=clock)
+
+
+def test_a_batch_marker_hides_its_senders_later_names_only(clock: FakeClock) -> None:
+    root = f"/vsqs-batches/{time.time_ns()}/q"
+    other_clock = FakeClock(clock())  # another id generator: another sender
+    with memory_queue(clock, root) as sender, memory_queue(other_clock, root) as other:
+        store = sender.store
+        before = sender.send(b"before")
+        with store.sending(names.MsClock(clock).floor_id()):
+            inside = sender.send(b"inside")
+            others = other.send(b"other")
+            assert [n for n in store.list() if names.is_id(n)] == sorted([before, others])
+            assert inside in set(store.list(settle=True))
+            assert [m.id for m in other.receive_batch(10)] == sorted([before, others])
+        assert [n for n in store.list() if names.is_id(n)] == [inside]
+
+
+def test_a_killed_senders_marker_stops_hiding_and_is_collected() -> None:
+    clock = FakeClock(time.time())  # the memory filesystem stamps objects by the real clock
+    with memory_queue(clock, f"/vsqs-batches/{time.time_ns()}/q") as q:
+        store = q.store
+        assert isinstance(store, ObjectStore)
+        marker = names.MsClock(clock).floor_id() + ".sending"
+        store.io.create(marker, b"")  # its sender died before removing it
+        sent = q.send(b"x")
+        assert q.receive() is None
+        clock.advance(11)  # FINISH_AFTER
+        msg = q.receive()
+        assert msg is not None and msg.id == sent
+        assert marker in store.take_repairs()
