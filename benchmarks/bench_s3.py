@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import vsqs
-from vsqs._fanout import IN_FLIGHT
+from vsqs._fanout import IN_FLIGHT, POOL_THREADS
 from vsqs._store_object import ObjectStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -257,7 +257,8 @@ class Floor:
     def __init__(self, options: dict[str, Any]) -> None:
         import s3fs
 
-        self.fs = s3fs.S3FileSystem(**options)
+        config = options.get("config_kwargs", {}) | {"max_pool_connections": POOL_THREADS}
+        self.fs = s3fs.S3FileSystem(**options | {"config_kwargs": config})
         self.prefix = uuid.uuid4().hex[:8]
         self.pool = ThreadPoolExecutor(IN_FLIGHT)
 
@@ -337,7 +338,7 @@ def latency(upstream: dict[str, Any], rtt: float, count: int) -> dict[str, Any]:
 
 def print_latency(figures: dict[str, Any]) -> None:
     rtt, count = figures["rtt_ms"] / 1000, figures["messages"]
-    print(f"S3 (moto) at {figures['rtt_ms']:.0f} ms a request, {count} messages:")
+    print(f"S3 ({figures['server']}) at {figures['rtt_ms']:.0f} ms a request, {count} messages:")
     print(f"  {'':28} {'msg/s':>8} {'RTT/msg':>8} {'req/msg':>8} {'vs floor':>9}")
     for key, floor_key in (
         ("send_batch_100", "floor_send_batch_100"),
@@ -374,11 +375,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rtt", type=float, metavar="MS", help="only the latency mode, every request held MS ms"
     )
+    parser.add_argument(
+        "--ceph", action="store_true", help="the latency mode on Ceph RGW instead of moto"
+    )
     args = parser.parse_args(argv)
     count = 200 if args.quick else 1000
     if args.rtt is not None:
-        with moto_s3("bench") as options:
+        server = ceph_rgw if args.ceph else moto_s3
+        with server("bench") as options:
             figures = latency(options, args.rtt / 1000, count)
+        figures["server"] = "Ceph RGW" if args.ceph else "moto"
         print_latency(figures)
         if args.json:
             Path(args.json).write_text(json.dumps(figures, indent=1) + "\n")

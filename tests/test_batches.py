@@ -197,3 +197,41 @@ def test_a_killed_senders_marker_stops_hiding_and_is_collected() -> None:
         msg = q.receive()
         assert msg is not None and msg.id == sent
         assert marker in store.take_repairs()
+
+
+# ---------------------------------------------------------------- fan_out
+def test_fan_out_bounds_the_calls_in_flight_and_keeps_their_order() -> None:
+    from vsqs._fanout import fan_out
+
+    lock, full = threading.Lock(), threading.Event()
+    active, most = 0, 0
+
+    def call(i: int) -> int:
+        nonlocal active, most
+        with lock:
+            active += 1
+            most = max(most, active)
+            if active == 3:
+                full.set()
+        full.wait(PATIENCE)  # the first three meet; later calls find it set
+        with lock:
+            active -= 1
+        if i % 2:
+            raise ValueError(i)
+        return i * 10
+
+    outcomes = fan_out(call, list(range(20)), limit=3)
+    assert most == 3
+    assert [o.result() for o in outcomes[::2]] == [i * 10 for i in range(0, 20, 2)]
+    assert [str(o.exception()) for o in outcomes[1::2]] == [str(i) for i in range(1, 20, 2)]
+
+
+def test_a_batch_inside_a_batch_runs_in_its_callers_thread() -> None:
+    from vsqs._fanout import fan_out
+
+    def outer(_: int) -> set[str]:
+        inner = fan_out(lambda _: threading.current_thread().name, [0, 1, 2])
+        return {o.result() for o in inner} | {threading.current_thread().name}
+
+    for outcome in fan_out(outer, [0, 1]):
+        assert len(outcome.result()) == 1  # every inner call ran where its caller did

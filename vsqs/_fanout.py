@@ -19,7 +19,7 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -57,33 +57,44 @@ def _shared_pool() -> ThreadPoolExecutor:
         return _pool
 
 
-def _done(fn: Callable[[T], R], item: T) -> Future[R]:
-    future: Future[R] = Future()
+class Outcome(Generic[R]):
+    """How one call ended: its value, or the exception it raised."""
+
+    __slots__ = ("error", "value")
+
+    def __init__(self, value: R | None = None, error: BaseException | None = None) -> None:
+        self.value, self.error = value, error
+
+    def exception(self) -> BaseException | None:
+        return self.error
+
+    def result(self) -> R:
+        """The value; the call's exception is raised again."""
+        if self.error is not None:
+            raise self.error
+        return self.value  # type: ignore[return-value]
+
+
+def _call(fn: Callable[[T], R], item: T) -> Outcome[R]:
     try:
-        future.set_result(fn(item))
-    except BaseException as exc:  # handed to the caller, as the pool does
-        future.set_exception(exc)
-    return future
+        return Outcome(fn(item))
+    except BaseException as exc:  # handed to the caller, as a pool would
+        return Outcome(error=exc)
 
 
-def fan_out(fn: Callable[[T], R], items: Sequence[T], limit: int = IN_FLIGHT) -> list[Future[R]]:
-    """Call ``fn`` on every item, up to ``limit`` at once; return the finished
-    futures in the items' order (``.result()`` re-raises a call's error)."""
+def fan_out(fn: Callable[[T], R], items: Sequence[T], limit: int = IN_FLIGHT) -> list[Outcome[R]]:
+    """Call ``fn`` on every item, up to ``limit`` at once; return how each call
+    ended, in the items' order (``.result()`` re-raises a call's error)."""
     if len(items) <= 1 or limit <= 1 or getattr(_local, "worker", False):
-        return [_done(fn, item) for item in items]
+        return [_call(fn, item) for item in items]
     pool = _shared_pool()
-    futures: list[Future[R]] = []
-    running: set[Future[R]] = set()
+    futures: list[Future[Outcome[R]]] = []
+    running: set[Future[Outcome[R]]] = set()
     for item in items:
         if len(running) >= limit:
             _, running = wait(running, return_when=FIRST_COMPLETED)
-        future = pool.submit(fn, item)
+        future = pool.submit(_call, fn, item)
         futures.append(future)
         running.add(future)
     wait(running)
-    return futures
-
-
-def results(futures: list[Future[R]]) -> list[R]:
-    """The futures' results in order; the first error (in order) is raised."""
     return [future.result() for future in futures]

@@ -23,7 +23,7 @@ from . import _names as names
 from ._errors import storage_errors
 from ._fanout import fan_out
 from ._inspect import collect_stale_new, stale_new_before
-from ._store import OutcomeUnknown, Store
+from ._store import Outcomes, OutcomeUnknown, Store
 
 log = logging.getLogger("vsqs")
 
@@ -329,8 +329,9 @@ class Receiver:
     """Claims messages of one queue for one client (every thread of it).
 
     One lock guards the candidates. It is held across a listing and across
-    each claim's rename (storage requests), so that the threads of one client
-    claim one at a time and never race each other for a name; body reads and
+    the renames of a claim (or, where renames cost requests, of a batch of
+    claims made side by side), so that the threads of one client claim one
+    batch at a time and never race each other for a name; body reads and
     dead-lettering happen outside it. Other clients are another matter: every
     claim is a rename that only one of them wins.
     """
@@ -521,7 +522,7 @@ class Receiver:
         """The next ``wanted`` claims to try, of distinct messages not claimed
         in this batch yet, and the listings taken so far (caller holds the lock)."""
         plans: list[Plan] = []
-        ids = set(claimed_ids)
+        ids = set(claimed_ids) if wanted > 1 else claimed_ids
         while len(plans) < wanted:
             name, relists, now = self._next_candidate(relists, may_list=not plans)
             if name is None:
@@ -533,17 +534,26 @@ class Receiver:
                 if parsed.expiry_ms is not None:
                     later.append((name, parsed.expiry_ms))
                 continue
-            ids.add(parsed.id)
+            if wanted > 1:
+                ids.add(parsed.id)
             count, expiry = parsed.receive_count + 1, self._clock.expiry_ms(vt_ms)
-            held = names.next_name(parsed, expiry, count)
-            plans.append(Plan(name, parsed.id, held, count, expiry))
+            plans.append(
+                Plan(name, parsed.id, names.next_name(parsed, expiry, count), count, expiry)
+            )
         return plans, relists
 
     def _rename(self, plans: list[Plan]) -> list[Plan]:
         """Rename each planned candidate to held; the plans won, in order
         (caller holds the lock). A storage error is raised if nothing was won."""
         store = self._store
-        errors = store.rename_batch([(plan.candidate, plan.held) for plan in plans])
+        if len(plans) == 1:  # the common receive(): no batch to set up
+            error = self._rename_one(plans[0])
+            if error is None:
+                self._candidates.won()
+                return plans
+            errors: Outcomes = [error]
+        else:
+            errors = store.rename_batch([(plan.candidate, plan.held) for plan in plans])
         won: list[Plan] = []
         failure: OSError | None = None
         for plan, error in zip(plans, errors, strict=True):
@@ -568,6 +578,13 @@ class Receiver:
             log.warning("%s: a claim failed: %s", store.url, failure)
         return won
 
+    def _rename_one(self, plan: Plan) -> OSError | None:
+        try:
+            self._store.rename(plan.candidate, plan.held)
+        except OSError as exc:
+            return exc
+        return None
+
     def _read(
         self,
         won: list[Plan],
@@ -576,22 +593,33 @@ class Receiver:
     ) -> list[Claim]:
         """The claims with their bodies (read side by side where renames cost
         requests); one past ``max_receives`` goes to ``exhausted`` instead."""
-        kept: list[Plan] = []
-        for plan in won:
-            if max_receives is not None and plan.receive_count > max_receives and exhausted:
-                exhausted(plan.held)
-            else:
-                kept.append(plan)
-        bodies = fan_out(self._store.read, [plan.held for plan in kept], self._store.batch_width)
+        kept = [plan for plan in won if not self._exhausted(plan, max_receives, exhausted)]
+        store = self._store
+        if len(kept) == 1:  # the common receive(): no fan-out to set up
+            plan = kept[0]
+            try:
+                body = store.read(plan.held)
+            except FileNotFoundError:
+                return []  # already expired and taken by another receiver
+            return [Claim(plan.id, plan.held, plan.receive_count, plan.expiry_ms, body)]
         out: list[Claim] = []
-        for plan, body in zip(kept, bodies, strict=True):
-            error = body.exception()
-            if isinstance(error, FileNotFoundError):
+        bodies = fan_out(store.read, [plan.held for plan in kept], store.batch_width)
+        for plan, outcome in zip(kept, bodies, strict=True):
+            if isinstance(outcome.error, FileNotFoundError):
                 continue  # already expired and taken by another receiver
-            if error is not None:
-                raise error
-            out.append(Claim(plan.id, plan.held, plan.receive_count, plan.expiry_ms, body.result()))
+            body = outcome.result()
+            out.append(Claim(plan.id, plan.held, plan.receive_count, plan.expiry_ms, body))
         return out
+
+    @staticmethod
+    def _exhausted(
+        plan: Plan, max_receives: int | None, exhausted: Callable[[str], None] | None
+    ) -> bool:
+        """Hand a claim past ``max_receives`` to ``exhausted``; whether it was."""
+        if max_receives is None or exhausted is None or plan.receive_count <= max_receives:
+            return False
+        exhausted(plan.held)
+        return True
 
     def _unexpired(self, claimed: list[Claim]) -> list[Claim]:
         """Drop claims whose visibility timeout ran out before the batch returns

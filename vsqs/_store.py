@@ -56,9 +56,11 @@ class Store(ABC):
       ``PermissionError`` or another ``OSError``; never a client library's own
       exception. The queue layer turns them into :class:`vsqs.VsqsError`.
     * **Threads.** A store is shared by the threads of a :class:`vsqs.Queue`:
-      every method must be thread-safe. The queue holds one lock of its own
-      across each claim's rename (so one client's threads claim one at a
-      time); a store must not call back into the queue.
+      every method must be thread-safe, and a batch method may call the
+      others from several threads at once. The queue holds one lock of its
+      own across each claim's rename, or a batch of claims' ``rename_batch``
+      (so one client's threads claim one batch at a time); a store must not
+      call back into the queue.
     * **Capabilities** are class attributes (or, where probed, methods) that
       the queue reads instead of asking which backend it is.
     """

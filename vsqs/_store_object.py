@@ -51,7 +51,6 @@ import time
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import count
@@ -59,7 +58,7 @@ from typing import ClassVar
 
 from . import _names as names
 from ._errors import QueueNotFound, UnsupportedStore
-from ._fanout import IN_FLIGHT, fan_out
+from ._fanout import IN_FLIGHT, Outcome, fan_out
 from ._store import Outcomes, OutcomeUnknown, Store
 
 log = logging.getLogger("vsqs")
@@ -199,9 +198,9 @@ def _marked_sources(group: Group) -> dict[str, float | None]:
     return marked
 
 
-def _os_error(future: Future[None]) -> OSError | None:
+def _os_error(outcome: Outcome[None]) -> OSError | None:
     """The ``OSError`` a finished call raised (``None`` if it returned); other errors propagate."""
-    error = future.exception()
+    error = outcome.exception()
     if error is None or isinstance(error, OSError):
         return error
     raise error
