@@ -179,63 +179,34 @@ def vsqs_lifecycle(options: dict[str, Any], count: int) -> tuple[float, float]:
     return send, receive
 
 
-def _consume(url: str, options: dict[str, Any], go: Any, taken: Any, requests: Any) -> None:
+def _consume(
+    url: str, options: dict[str, Any], batched: bool, go: Any, taken: Any, requests: Any
+) -> None:
     with vsqs.Queue(url, storage_options=options) as q:
         requests_of(q).clear()
         go.wait()
-        while True:
-            msgs = q.receive_batch(10)
-            if not msgs:
-                break
-            for msg in msgs:
-                msg.delete()
+        while msgs := q.receive_batch(10):
+            if batched:
+                q.delete_batch(msgs)
+            else:
+                for msg in msgs:
+                    msg.delete()
             with taken.get_lock():
                 taken.value += len(msgs)
-        with requests.get_lock():
-            requests.value += sum(requests_of(q).values())
-
-
-def consumers(options: dict[str, Any], count: int, processes: int) -> tuple[float, float]:
-    """µs per message and requests per message of ``processes`` racing consumers."""
-    url = fresh_url()
-    with vsqs.Queue(url, storage_options=options) as q:
-        q.send_batch([BODY] * count)
-    go, taken, requests = ctx.Event(), ctx.Value("i", 0), ctx.Value("i", 0)
-    procs = [
-        ctx.Process(target=_consume, args=(url, options, go, taken, requests))
-        for _ in range(processes)
-    ]
-    for proc in procs:
-        proc.start()
-    time.sleep(3)  # let the interpreters start
-    start = time.perf_counter()
-    go.set()
-    for proc in procs:
-        proc.join(600)
-    elapsed = time.perf_counter() - start
-    assert taken.value == count, f"{taken.value} of {count} taken"
-    return elapsed / count * 1e6, requests.value / count
-
-
-# ------------------------------------------------------------- latency
-def _consume_batches(url: str, options: dict[str, Any], go: Any, taken: Any, requests: Any) -> None:
-    with vsqs.Queue(url, storage_options=options) as q:
-        requests_of(q).clear()
-        go.wait()
-        while got := q.receive_batch(10):
-            q.delete_batch(got)
-            with taken.get_lock():
-                taken.value += len(got)
         flush(q)
         with requests.get_lock():
             requests.value += sum(requests_of(q).values())
 
 
-def batch_consumers(url: str, options: dict[str, Any], count: int, processes: int) -> float:
-    """Seconds for ``processes`` consumers to receive and ack ``count`` messages."""
+def race(
+    url: str, options: dict[str, Any], count: int, processes: int, *, batched: bool
+) -> tuple[float, int]:
+    """Seconds for ``processes`` consumers to receive and ack the ``count``
+    messages of ``url`` (receive_batch(10), then delete_batch if ``batched``,
+    else one delete each), and the requests they made."""
     go, taken, requests = ctx.Event(), ctx.Value("i", 0), ctx.Value("i", 0)
     procs = [
-        ctx.Process(target=_consume_batches, args=(url, options, go, taken, requests))
+        ctx.Process(target=_consume, args=(url, options, batched, go, taken, requests))
         for _ in range(processes)
     ]
     for proc in procs:
@@ -250,6 +221,16 @@ def batch_consumers(url: str, options: dict[str, Any], count: int, processes: in
     return elapsed, requests.value
 
 
+def consumers(options: dict[str, Any], count: int, processes: int) -> tuple[float, float]:
+    """µs per message and requests per message of ``processes`` racing consumers."""
+    url = fresh_url()
+    with vsqs.Queue(url, storage_options=options) as q:
+        q.send_batch([BODY] * count)
+    elapsed, requests = race(url, options, count, processes, batched=False)
+    return elapsed / count * 1e6, requests / count
+
+
+# ------------------------------------------------------------- latency
 class Floor:
     """The requests of vsqs's batches with no queue logic: the same kinds, as
     wide (:data:`IN_FLIGHT` at once), through the same s3fs client."""
@@ -332,7 +313,7 @@ def latency(upstream: dict[str, Any], rtt: float, count: int) -> dict[str, Any]:
             url = fresh_url()
             with vsqs.Queue(url, storage_options=upstream) as q:
                 q.send_batch([BODY] * count)
-            figures[f"consumers_{n}"] = batch_consumers(url, options, count, n)
+            figures[f"consumers_{n}"] = race(url, options, count, n, batched=True)
     return figures
 
 

@@ -4,12 +4,20 @@ import pytest
 
 from vsqs.testing import FakeClock
 
-from .servers import ceph_server, gcs_server, memory_server, s3_server
+from .servers import ceph_server, gcs_server, memory_server, s3_proxy, s3_server
 
 #: ``pytester`` runs the shipped conformance suites on a third-party store.
 pytest_plugins = ["pytester"]
 
-__all__ = ["FakeClock", "ceph_server", "clock", "gcs_server", "memory_server", "s3_server"]
+__all__ = [
+    "FakeClock",
+    "ceph_server",
+    "clock",
+    "gcs_server",
+    "memory_server",
+    "s3_proxy",
+    "s3_server",
+]
 
 
 @pytest.fixture

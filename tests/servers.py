@@ -10,6 +10,7 @@ Each test gets a fresh prefix (or bucket), so one server serves a whole session.
 
 from __future__ import annotations
 
+import copy
 import os
 import socket
 import subprocess
@@ -24,6 +25,7 @@ from typing import Any
 import pytest
 
 from ._ceph_rgw import ceph_available, ceph_rgw
+from ._fault_proxy import FaultProxy
 from ._moto_server import moto_s3
 
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
@@ -70,6 +72,21 @@ def s3_server() -> Iterator[Server]:
     pytest.importorskip("moto.server")
     with moto_s3("vsqs-test") as options:
         yield Server("s3://vsqs-test", options)
+
+
+@pytest.fixture
+def s3_proxy(s3_server: Server) -> Iterator[FaultProxy]:
+    """A fault proxy in front of the S3 server (see :func:`proxied`)."""
+    with FaultProxy(s3_server.storage_options["client_kwargs"]["endpoint_url"]) as proxy:
+        yield proxy
+
+
+def proxied(server: Server, proxy: FaultProxy) -> dict[str, Any]:
+    """The server's storage options, through ``proxy`` and a client of their own."""
+    options = copy.deepcopy(server.storage_options)
+    options["client_kwargs"]["endpoint_url"] = proxy.endpoint
+    options["skip_instance_cache"] = True
+    return options
 
 
 #: Set by ``.ci/run``: a missing Ceph fails the tests instead of skipping them.

@@ -5,10 +5,9 @@ sources of a batch of claims go with one delete request."""
 
 from __future__ import annotations
 
-import copy
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import fsspec
@@ -20,26 +19,13 @@ from vsqs.stores import FsspecObjects, ObjectStore
 from vsqs.testing import FakeClock
 
 from ._fault_proxy import FaultProxy, Gate
-from .servers import Server
+from .servers import Server, proxied
 
 Match = Callable[[str, str, dict[str, str]], bool]
 
 #: Ample for one proxied request on a busy machine; a test that waits this
 #: long has failed.
 PATIENCE = 60.0
-
-
-def proxied(server: Server, proxy: FaultProxy) -> dict[str, Any]:
-    options = copy.deepcopy(server.storage_options)
-    options["client_kwargs"]["endpoint_url"] = proxy.endpoint
-    options["skip_instance_cache"] = True
-    return options
-
-
-@pytest.fixture
-def s3_proxy(s3_server: Server) -> Iterator[FaultProxy]:
-    with FaultProxy(s3_server.storage_options["client_kwargs"]["endpoint_url"]) as proxy:
-        yield proxy
 
 
 def target(path: str) -> str:
@@ -146,6 +132,23 @@ def test_a_batch_being_sent_is_not_received_in_part(
         assert [m.body for m in got] == bodies
 
 
+def test_send_batch_returns_each_bodys_id_when_a_create_is_sent_again(
+    s3_server: Server, s3_proxy: FaultProxy
+) -> None:
+    """A create that failed is sent again under a fresh id after the rest of
+    its chunk; the ids still come back in the bodies' order."""
+    bodies = [b"%d" % i for i in range(6)]
+    with vsqs.Queue(s3_server.url(), storage_options=proxied(s3_server, s3_proxy)) as q:
+        s3_proxy.arm("500", at=3, where=lambda method, path: method == "PUT" and bool(
+            names.parse(target(path))
+        ))  # fmt: skip
+        ids = q.send_batch(bodies)
+        assert any(e.fault == "500" for e in s3_proxy.exchanges)
+        s3_proxy.disarm()
+        got = {m.id: m.body for m in q.receive_batch(10)}
+    assert [got[i] for i in ids] == bodies
+
+
 def test_the_claims_of_a_batch_delete_their_sources_with_one_request(
     s3_server: Server,
 ) -> None:
@@ -175,7 +178,7 @@ def test_a_batch_marker_hides_its_senders_later_names_only(clock: FakeClock) -> 
     with memory_queue(clock, root) as sender, memory_queue(other_clock, root) as other:
         store = sender.store
         before = sender.send(b"before")
-        with store.sending(names.MsClock(clock).floor_id()):
+        with store.sending(names.MsClock(clock).next_id()):
             inside = sender.send(b"inside")
             others = other.send(b"other")
             assert [n for n in store.list() if names.is_id(n)] == sorted([before, others])
@@ -189,7 +192,7 @@ def test_a_killed_senders_marker_stops_hiding_and_is_collected() -> None:
     with memory_queue(clock, f"/vsqs-batches/{time.time_ns()}/q") as q:
         store = q.store
         assert isinstance(store, ObjectStore)
-        marker = names.MsClock(clock).floor_id() + ".sending"
+        marker = names.MsClock(clock).next_id() + ".sending"
         store.io.create(marker, b"")  # its sender died before removing it
         sent = q.send(b"x")
         assert q.receive() is None

@@ -265,12 +265,10 @@ def recover_and_check(store: vsqs.Store, clock: FakeClock, expect: Expect) -> No
                 msg.delete()
     # A move whose create's outcome was unknown publishes under a sibling id
     # (same ms and seq, another nonce): the same message.
-    known = {i[:SIBLING_PREFIX]: i for i in expect.survive | expect.gone}
+    expected = expect.survive | expect.gone
+    known = {i[:SIBLING_PREFIX]: i for i in expected}
     delivered = Counter(
-        {
-            i if i in known.values() else known.get(i[:SIBLING_PREFIX], i): n
-            for i, n in delivered.items()
-        }
+        {i if i in expected else known.get(i[:SIBLING_PREFIX], i): n for i, n in delivered.items()}
     )
     assert expect.survive <= set(delivered), f"lost {expect.survive - set(delivered)}"
     assert not expect.gone & set(delivered), "an acknowledged message came back"

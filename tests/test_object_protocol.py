@@ -9,7 +9,6 @@ simulation (``tests/test_simulation.py``) finds the same classes by itself.
 
 from __future__ import annotations
 
-import copy
 import itertools
 import logging
 import multiprocessing
@@ -19,7 +18,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -32,7 +31,7 @@ from vsqs._store_object import BATCH, MOVED_SUFFIX, ObjectStore
 
 from ._fault_proxy import FaultProxy, Quirk
 from .conftest import FakeClock
-from .servers import Server
+from .servers import Server, proxied
 from .test_crashes import Crash
 from .test_object_faults import FaultyIO, Interleave
 
@@ -93,19 +92,6 @@ def test_a_store_without_exclusive_create_is_refused_unless_opted_in() -> None:
         msg = q.receive()
         assert msg is not None and msg.body == b"x"
         msg.delete()
-
-
-def proxied(server: Server, proxy: FaultProxy) -> dict[str, Any]:
-    options = copy.deepcopy(server.storage_options)
-    options["client_kwargs"]["endpoint_url"] = proxy.endpoint
-    options["skip_instance_cache"] = True
-    return options
-
-
-@pytest.fixture
-def s3_proxy(s3_server: Server) -> Iterator[FaultProxy]:
-    with FaultProxy(s3_server.storage_options["client_kwargs"]["endpoint_url"]) as proxy:
-        yield proxy
 
 
 def conditional_put(method: str, headers: dict[str, str]) -> bool:

@@ -188,15 +188,6 @@ class IdGenerator:
         self._last_ms = -1
         self._seq = 0
 
-    def floor_id(self, now_ms: int) -> str:
-        """The lowest id this generator may issue next (at ``now_ms`` or later):
-        above every id it issued, at or below every id it will issue."""
-        with self._lock:
-            ms, seq = (now_ms, 0) if now_ms > self._last_ms else (self._last_ms, self._seq + 1)
-        if seq == _SEQ_LIMIT:
-            ms, seq = ms + 1, 0
-        return f"{max(ms, 0):013d}-{seq:04x}-{self._nonce}"
-
     def next_id(self, now_ms: int) -> str:
         if not 0 <= now_ms <= MAX_EXPIRY_MS:  # the id would not be a name of the format
             raise InvalidArgument(
@@ -256,11 +247,6 @@ class MsClock:
     def next_id(self) -> str:
         """A fresh message id, ordered after this process's earlier ones."""
         return self._ids.next_id(self.now_ms())
-
-    def floor_id(self) -> str:
-        """An id that this process's later ids are at or above: ``next_id``'s
-        nonce, from now (:meth:`Store.sending`)."""
-        return self._ids.floor_id(self.now_ms())
 
 
 def receipt_name(name: Name) -> str:

@@ -177,36 +177,41 @@ class Publisher:
 
     def _send_side_by_side(self, datas: list[bytes], delay_ms: int) -> list[str]:
         """Create a batch's names side by side, :data:`SEND_CHUNK` at a time,
-        each chunk's ids issued inside :meth:`Store.sending` (receivers see a
-        chunk once it is whole). A name that was taken or burned is sent again
-        under a fresh id, after the rest of its chunk."""
+        each chunk's ids issued inside :meth:`Store.sending`, above an id drawn
+        for the marker (receivers see a chunk once it is whole). A name that
+        was taken or burned is sent again under a fresh id, after the rest of
+        its chunk; the ids returned are in the order of ``datas``."""
         sent: list[str] = []
         with storage_errors(lambda: f"sending a batch to {self._store.url} ({len(sent)} sent)"):
             for start in range(0, len(datas), SEND_CHUNK):
-                retry = self._send_chunk(datas[start : start + SEND_CHUNK], delay_ms, sent)
-                sent.extend(self._send_one(data, delay_ms) for data in retry)
+                chunk = datas[start : start + SEND_CHUNK]
+                ids = self._send_chunk(chunk, delay_ms)
+                sent.extend(
+                    i or self._send_one(data, delay_ms) for i, data in zip(ids, chunk, strict=True)
+                )
         return sent
 
-    def _send_chunk(self, chunk: list[bytes], delay_ms: int, sent: list[str]) -> list[bytes]:
-        """Write one chunk side by side, adding the ids sent to ``sent``; return
-        the messages whose name was taken or burned. The first other error is
-        raised once the chunk is written."""
+    def _send_chunk(self, chunk: list[bytes], delay_ms: int) -> list[str | None]:
+        """Write one chunk side by side; the id of each message sent, ``None``
+        where its name was taken or burned. The first other error is raised
+        once the chunk is written."""
         store = self._store
-        with store.sending(self._clock.floor_id()):
-            ids = [self._clock.next_id() for _ in chunk]
-            visible_at = self._clock.expiry_ms(delay_ms) if delay_ms else None
-            finals = [names.published_name(i, visible_at) for i in ids]
-            errors = store.write_batch(list(zip(finals, chunk, strict=True)), fsync=self._durable)
-        retry: list[bytes] = []
-        failure: OSError | None = None
-        for message_id, final, data, error in zip(ids, finals, chunk, errors, strict=True):
+        for _ in range(SEND_ATTEMPTS):
+            try:
+                with store.sending(self._clock.next_id()):  # a floor: later ids are above it
+                    ids = [self._clock.next_id() for _ in chunk]
+                    visible_at = self._clock.expiry_ms(delay_ms) if delay_ms else None
+                    finals = [names.published_name(i, visible_at) for i in ids]
+                    items = list(zip(finals, chunk, strict=True))
+                    errors = store.write_batch(items, fsync=self._durable)  # never raises OSError
+                break
+            except FileExistsError:  # the marker's name was burned: nothing written yet
+                continue
+        else:
+            raise StorageError(f"could not mark a batch under {SEND_ATTEMPTS} fresh ids")
+        for final, error in zip(finals, errors, strict=True):
             if error is None:
-                sent.append(message_id)
                 self._published(final, visible_at)
-            elif isinstance(error, FileExistsError):
-                retry.append(data)
-            else:
-                failure = failure or error
-        if failure is not None:
-            raise failure
-        return retry
+            elif not isinstance(error, FileExistsError):
+                raise error  # the others of the chunk are written and told of
+        return [i if e is None else None for i, e in zip(ids, errors, strict=True)]

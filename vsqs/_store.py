@@ -167,9 +167,11 @@ class Store(ABC):
 
     def sending(self, floor_id: str) -> AbstractContextManager[None]:
         """While this lasts, a sender writes a batch side by side: names of its
-        ids from ``floor_id`` on (same nonce) must not be listed, so that no
-        receiver takes a later one before an earlier one exists. Nothing to
-        do where a batch is written one name after another."""
+        ids above ``floor_id`` (an id it drew for this, never a message's;
+        same nonce) must not be listed, so that no receiver takes a later one
+        before an earlier one exists. ``FileExistsError`` on entering if the
+        floor cannot be used (draw another). Nothing to do where a batch is
+        written one name after another."""
         return nullcontext()
 
     def write_batch(self, items: Sequence[tuple[str, bytes]], *, fsync: bool) -> Outcomes:

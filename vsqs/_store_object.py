@@ -71,8 +71,8 @@ MOVED_SUFFIX = ".moved"
 FINISH_AFTER = 10.0
 #: Suffix of a batch marker ``<floor id>.sending``: while it is younger than
 #: FINISH_AFTER, listings hide every name of its sender (the floor id's nonce)
-#: whose id is at or above the floor: a batch written side by side is shown
-#: once it is whole.
+#: whose id is above the floor: a batch written side by side is shown once it
+#: is whole.
 SENDING_SUFFIX = ".sending"
 #: Deletions (acknowledged messages, spent markers) a client holds back to
 #: send with its next batch; at this many it sends them at once.
@@ -542,11 +542,13 @@ class ObjectStore(Store):
         that read the marker's place before it existed started before those
         ids were issued, so receivers take them for young names and look
         again (docs/format.md, "FIFO"); one that reads the marker hides them.
-        A marker left by a killed sender stops hiding after ``FINISH_AFTER``
-        and is collected.
+        The marker is created as a message is (:meth:`write_new`): a create
+        whose outcome is unknown is read back, and ``FileExistsError`` if the
+        name is burned (the caller draws another floor). A marker left by a
+        killed sender stops hiding after ``FINISH_AFTER`` and is collected.
         """
         marker = floor_id + SENDING_SUFFIX
-        self.io.create(marker, b"")
+        self.write_new(marker, b"", fsync=False)
         try:
             yield
         finally:
