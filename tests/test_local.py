@@ -11,7 +11,7 @@ import pytest
 import vsqs
 from vsqs import _names as names
 from vsqs._receiver import YOUNG_MS
-from vsqs.testing import QueueTests, StoreTests
+from vsqs.testing import FakeClock, QueueTests, StoreTests
 
 from .backends import BY_ID, OnBackend
 
@@ -168,9 +168,13 @@ def test_a_receiver_learns_new_messages_from_the_feed_without_listing(tmp_path: 
 
 def test_the_first_listing_drains_a_backlog_without_a_feed(tmp_path: Path) -> None:
     store = CountingStore(str(tmp_path / "q"))
-    with vsqs.Queue(store.path) as producer, vsqs.Queue(store) as consumer:
+    clock = FakeClock(time.time())  # no young names whatever the machine's speed
+    with (
+        vsqs.Queue(store.path, clock=clock) as producer,
+        vsqs.Queue(store, clock=clock) as consumer,
+    ):
         sent = producer.send_batch([b"x"] * 10)
-        time.sleep(YOUNG_MS / 1000)
+        clock.advance(YOUNG_MS / 1000 + 0.001)
         assert [m.id for m in consumer.receive_batch(10)] == sent
         assert store._feed is None
 

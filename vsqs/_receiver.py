@@ -467,7 +467,7 @@ class Receiver:
             if c.due(store, self._clock.elapsed()):
                 # A second look is for young names; on a polled store (always
                 # "changed"), a listing that found nothing is not retried at once.
-                if relists == 2 or not may_list:
+                if relists == 2 or not may_list or self._found_nothing(relists):
                     return None, relists, now
                 self._relist(now)
                 relists += 1
@@ -475,6 +475,12 @@ class Receiver:
             name = c.take()
             if name is None or name not in c.gone:  # gone: the feed saw another take it
                 return name, relists, now
+
+    def _found_nothing(self, relists: int) -> bool:
+        """Whether this call's listing of a polled store found no candidate and
+        no young name: looking again at once would cost a request for nothing."""
+        c = self._candidates
+        return relists == 1 and self._store.polled and not c.names and c.oldest_young is None
 
     def _claim_available(
         self,
