@@ -128,6 +128,29 @@ def test_consume_deletes_on_success_releases_on_error_and_keeps_long_handlers_hi
     assert seen == [(b"slow", 1), (b"flaky", 1), (b"flaky", 2), (b"fine", 1)]
 
 
+def test_consume_runs_a_plain_handler_in_the_worker_threads(tmp_path: Path) -> None:
+    """A handler that is not ``async`` runs off the event loop, once per message."""
+    import threading
+
+    async def main() -> tuple[int, list[bytes], set[bool]]:
+        seen: list[bytes] = []
+        on_loop: set[bool] = set()
+        loop_thread = threading.get_ident()
+        async with vsqs.aio.Queue(tmp_path / "q") as q:
+            await q.send_batch([b"a", b"b"])
+
+            def handler(message: vsqs.aio.Message) -> None:
+                on_loop.add(threading.get_ident() == loop_thread)
+                seen.append(message.body)
+
+            done = await q.consume(handler, max_messages=2, idle_timeout=5)
+            assert (await q.stats()).ready == 0
+        return done, seen, on_loop
+
+    done, seen, on_loop = asyncio.run(main())
+    assert (done, seen, on_loop) == (2, [b"a", b"b"], {False})
+
+
 def test_a_cancelled_handler_releases_its_message(tmp_path: Path) -> None:
     async def main() -> None:
         async with vsqs.aio.Queue(tmp_path / "q", visibility_timeout=600) as q:

@@ -178,6 +178,21 @@ def test_dead_letter_queues_listing_and_redrive(tmp_path: Path) -> None:
     assert ok("receive", q) == "poison\n"
 
 
+def test_a_redrive_into_itself_is_refused_and_a_missing_dead_letter_queue_holds_nothing(
+    tmp_path: Path,
+) -> None:
+    """A redrive of a queue into itself never ended; one from a dead-letter
+    queue that was never created failed where stats() counts 0."""
+    q = str(tmp_path / "jobs")
+    ok("send", q, "x")
+    done = run("redrive", q, q)  # run() gives up after 120 s
+    assert done.returncode == 1
+    assert done.stderr == f"vsqs: error: cannot redrive {q} into itself\n"
+    assert "moved 0 messages" in ok("redrive", str(tmp_path / "never-created"), q)
+    assert not (tmp_path / "never-created").exists()
+    assert json.loads(ok("stats", q, "--json"))["ready"] == 1
+
+
 def test_gc_removes_only_stale_leftovers_and_says_which(tmp_path: Path) -> None:
     q = str(tmp_path / "q")
     ok("send", q, "keep")
@@ -296,6 +311,14 @@ def test_errors_exit_1_with_one_line_and_a_traceback_only_with_v(
     verbose = run(*argv, "-v")
     assert verbose.returncode == 1 and "Traceback" in verbose.stderr
     assert not (tmp_path / "q" / "missing").exists()
+
+
+def test_a_bare_vsqs_prints_the_help_not_an_error() -> None:
+    done = run()
+    assert done.returncode == 2
+    assert done.stderr.startswith("Usage: vsqs [OPTIONS] COMMAND")
+    assert "error" not in done.stderr.splitlines()[0]
+    assert "  send " in done.stderr
 
 
 def test_help_and_version() -> None:

@@ -495,6 +495,9 @@ def run(argv: list[str] | None = None) -> None:
             main.invoke(ctx)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    except _NO_ARGS_IS_HELP as exc:  # bare `vsqs`: the help, as click shows it (click >= 8.2)
+        exc.show()
+        sys.exit(exc.exit_code)
     except click.UsageError as exc:
         where = exc.ctx.command_path if exc.ctx is not None else "vsqs"
         click.echo(f"{where}: error: {exc.format_message()} (try '{where} --help')", err=True)
@@ -512,6 +515,13 @@ def run(argv: list[str] | None = None) -> None:
         sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)
+
+
+#: click >= 8.2 raises this for a group run without a command (older click
+#: prints the help and exits by itself).
+_NO_ARGS_IS_HELP: type[click.UsageError] | tuple[()] = getattr(
+    click.exceptions, "NoArgsIsHelpError", ()
+)
 
 
 def _one_line(exc: BaseException) -> str:

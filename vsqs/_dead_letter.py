@@ -14,7 +14,7 @@ from contextlib import ExitStack, suppress
 from typing import TYPE_CHECKING, Any
 
 from . import _names as names
-from ._errors import QueueNotFound, ReceiptExpired, StorageError, storage_errors
+from ._errors import InvalidArgument, QueueNotFound, ReceiptExpired, StorageError, storage_errors
 from ._inspect import message_count
 from ._message import Progress
 from ._publish import publish
@@ -143,6 +143,9 @@ def redrive(
     position) and starts with a receive count of 0. Safe to run concurrently
     with consumers of either queue and with another redrive: every message is
     first received from the dead-letter queue, so only one mover handles it.
+
+    A dead-letter queue that was never created holds nothing: 0. A redrive of
+    a queue into itself (which would never end) raises ``InvalidArgument``.
     """
     from ._queue import Queue
 
@@ -161,7 +164,13 @@ def redrive(
                 )
             )
 
-        dlq, target = queue(dead_letter), queue(source)
+        try:
+            dlq = queue(dead_letter)
+        except QueueNotFound:
+            return 0  # never created, so nothing was dead-lettered (as stats() counts it)
+        target = queue(source)
+        if dlq.url == target.url:
+            raise InvalidArgument(f"cannot redrive {dlq.url} into itself")
         while max_messages is None or moved < max_messages:
             batch = dlq.receive_batch(
                 100 if max_messages is None else min(100, max_messages - moved),

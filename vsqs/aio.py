@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from types import TracebackType
@@ -38,6 +39,10 @@ from ._message import Body, DeleteResult, Progress, QueueStats
 from ._worker import ConsumePacing, settle, visibility_seconds
 
 log = logging.getLogger("vsqs")
+
+#: A worker's handler: ``async def handler(message)``, or a plain function
+#: (run in the queue's worker threads).
+Handler = Callable[["Message"], object]
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -234,7 +239,7 @@ class Queue:
 
     async def consume(
         self,
-        handler: Callable[[Message], Awaitable[object]],
+        handler: Handler,
         *,
         visibility_timeout: float | None = None,
         max_messages: int | None = None,
@@ -242,6 +247,10 @@ class Queue:
         stop: asyncio.Event | None = None,
     ) -> int:
         """Await ``handler`` on messages one at a time; return how many succeeded.
+
+        A plain (not ``async``) handler runs in the queue's worker threads, so
+        it never blocks the event loop; if it returns an awaitable, that is
+        awaited too.
 
         As :meth:`vsqs.Queue.consume`: while the handler runs, a heartbeat task
         extends the message every third of the visibility timeout; the message
@@ -263,13 +272,11 @@ class Queue:
             pacing.finished()
         return succeeded
 
-    async def _handle(
-        self, message: Message, handler: Callable[[Message], Awaitable[object]], vt: float
-    ) -> bool:
+    async def _handle(self, message: Message, handler: Handler, vt: float) -> bool:
         heartbeat = asyncio.create_task(self._heartbeat(message, vt)) if vt > 0 else None
         try:
             try:
-                await handler(message)
+                await self._run(handler, message)
             finally:
                 if heartbeat is not None:
                     heartbeat.cancel()
@@ -280,6 +287,17 @@ class Queue:
             log.exception("%s: handler failed on %s; releasing it", self.url, message.id)
             return await self._settle(message, failed=True)
         return await self._settle(message, failed=False)
+
+    async def _run(self, handler: Handler, message: Message) -> None:
+        """Await an async handler; run a plain one in the worker threads."""
+        if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+            type(handler).__call__  # an object whose __call__ is async
+        ):
+            await handler(message)  # type: ignore[misc]
+            return
+        result = await self._call(handler, message)
+        if inspect.isawaitable(result):
+            await result
 
     async def _heartbeat(self, message: Message, vt: float) -> None:
         while True:
