@@ -404,7 +404,6 @@ def test_redrive_between_any_locations_changes_only_those_two_queues(
 ) -> None:
     source, source_dir = usable(sandbox, source)
     dead_letter, dead_dir = usable(sandbox, dead_letter)
-    assume(source_dir is None or source_dir != dead_dir)  # into itself: see the xfail below
     may_change = [path for path in (source_dir, dead_dir) if path is not None]
     moved = sandbox.check(lambda: vsqs.redrive(dead_letter, source, max_messages=20), may_change)
     # Two messages live in the sandbox's queues (memory queues hold none): a
@@ -431,7 +430,7 @@ def test_any_dead_letter_setting_is_refused_or_used_without_leaving_the_sandbox(
             assert q.receive(visibility_timeout=0) is None  # the second receive dead-letters it
             return q.stats()
 
-    # Where a path dead-letter queue lands is checked by the xfail tests below.
+    # Where a path dead-letter queue lands is checked by the tests below.
     sandbox.check(dead_letter_one, [sandbox.root])
 
 
@@ -458,12 +457,6 @@ def test_a_url_that_resolves_elsewhere_than_it_names_is_refused(sandbox: Sandbox
     assert list(sandbox.cwd.iterdir()) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RecursionError,
-    reason="BUG: os.makedirs recurses once per missing parent in LocalStore.ensure; "
-    "proposed: map RecursionError to OSError(ENAMETOOLONG) there",
-)
 def test_a_location_with_thousands_of_missing_parents_raises_a_vsqs_error(
     sandbox: Sandbox,
 ) -> None:
@@ -473,12 +466,6 @@ def test_a_location_with_thousands_of_missing_parents_raises_a_vsqs_error(
 
 
 @pytest.mark.parametrize("dead_letter", ["..", "", "a b", ".hidden", "x" * 129, "vsqs.json"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: dead_letter is validated only when the first message is dead-lettered, "
-    "so every receive of a message past max_receives raises InvalidQueueName; "
-    "proposed: validate it in Queue.__init__",
-)
 def test_an_invalid_dead_letter_name_is_refused_when_the_queue_is_opened(
     tmp_path: Path, dead_letter: str
 ) -> None:
@@ -486,28 +473,22 @@ def test_an_invalid_dead_letter_name_is_refused_when_the_queue_is_opened(
         vsqs.Queue(tmp_path / "q", max_receives=1, dead_letter=dead_letter).close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a relative dead_letter path resolves against the working directory of "
-    "whichever process dead-letters; proposed: refuse relative paths (or resolve them "
-    "against the queue's parent) in Queue.__init__",
-)
-def test_a_relative_dead_letter_path_does_not_depend_on_the_working_directory(
+def test_a_relative_dead_letter_path_is_refused_when_the_queue_is_opened(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    monkeypatch.chdir(tmp_path / "a")
-    try:
-        q = vsqs.Queue(tmp_path / "a" / "q", max_receives=1, dead_letter="dl/x")
-    except vsqs.InvalidQueueName:
-        return  # refused up front: the fix may take that form
-    with q:
+    """It would resolve against the working directory of whichever process
+    dead-letters: refused before anything is created."""
+    monkeypatch.chdir(tmp_path)
+    for dead_letter in ("dl/x", "./x", "../x"):
+        with pytest.raises(vsqs.InvalidQueueName, match="relative path"):
+            vsqs.Queue(tmp_path / "q", max_receives=1, dead_letter=dead_letter)
+    assert list(tmp_path.iterdir()) == []
+    with vsqs.Queue(tmp_path / "q", max_receives=1, dead_letter=str(tmp_path / "dl")) as q:
         q.send(b"poison")
         assert q.receive(visibility_timeout=0) is not None
-        monkeypatch.chdir(tmp_path / "b")
-        assert q.receive(visibility_timeout=0) is None
-    assert not (tmp_path / "b" / "dl").exists()
+        assert q.receive(visibility_timeout=0) is None  # dead-lettered
+    with vsqs.Queue(tmp_path / "dl", create=False) as dlq:
+        assert dlq.stats().ready == 1
 
 
 @pytest.mark.timeout(30)

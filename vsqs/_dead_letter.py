@@ -9,12 +9,20 @@ once), never in neither.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from contextlib import ExitStack, suppress
 from typing import TYPE_CHECKING, Any
 
 from . import _names as names
-from ._errors import InvalidArgument, QueueNotFound, ReceiptExpired, StorageError, storage_errors
+from ._errors import (
+    InvalidArgument,
+    InvalidQueueName,
+    QueueNotFound,
+    ReceiptExpired,
+    StorageError,
+    storage_errors,
+)
 from ._inspect import message_count
 from ._message import Progress
 from ._publish import publish
@@ -71,6 +79,25 @@ def move_in(store: Store, durable: bool, moved: names.Name, body: bytes) -> bool
                 return True
             message_id = names.sibling_id(moved.id)
         raise StorageError(f"{moved.id}: could not publish it in {MOVE_ATTEMPTS} attempts")
+
+
+def check_target(target: str | None) -> None:
+    """Refuse, when a queue is opened, a dead-letter location it could never
+    use: a name that is not a queue name, or a relative path, which would
+    resolve against the working directory of whichever process dead-letters.
+    A URL is checked when it is first opened."""
+    if target is None or "://" in target:
+        return
+    if "/" not in target:
+        names.validate_queue_name(target)  # a sibling queue
+        return
+    if not os.path.isabs(target):
+        raise InvalidQueueName(
+            f"dead_letter {target!r:.80}: a relative path depends on the working directory "
+            "of whichever process dead-letters; use a queue name (a sibling), an absolute "
+            "path or a URL"
+        )
+    names.validate_queue_name(os.path.basename(target.rstrip("/")))
 
 
 class DeadLetters:

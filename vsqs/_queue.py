@@ -32,7 +32,7 @@ from ._config import (
     positive_int,
     seconds,
 )
-from ._dead_letter import DeadLetters
+from ._dead_letter import DeadLetters, check_target
 from ._errors import (
     InvalidArgument,
     QueueNotFound,
@@ -125,7 +125,9 @@ class Queue:
             "dead_letter": dead_letter,
         }
         try:
+            check_target(dead_letter)  # before anything is created with it
             self.config = self._open(create, requested)
+            check_target(self.config.dead_letter)  # another client's config
         except BaseException:
             self.close()
             raise

@@ -89,6 +89,8 @@ class LocalStore(Store):
                 os.makedirs(self.path, exist_ok=True)
             except FileExistsError:  # a file, or a symlink to one, is in the way
                 raise NotADirectoryError(errno.ENOTDIR, "not a directory", self.path) from None
+            except RecursionError:  # os.makedirs recurses once per missing parent
+                raise OSError(errno.ENAMETOOLONG, "too many missing parents", self.path) from None
         try:
             self._fd = os.open(self.path, _O_DIR)
         except FileNotFoundError:

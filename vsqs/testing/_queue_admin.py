@@ -120,10 +120,24 @@ class AdminTests:
         with pytest.raises(vsqs.InvalidArgument):
             vsqs.Queue(store, dead_letter="dlq")
 
-    def test_redrive_of_a_missing_queue_fails_clearly(self, store: vsqs.Store) -> None:
+    def test_redrive_from_a_missing_dead_letter_queue_moves_nothing(
+        self, store: vsqs.Store
+    ) -> None:
+        """Never created, so nothing was dead-lettered: 0, as ``stats()`` counts it."""
         vsqs.Queue(store).close()
+        assert vsqs.redrive(store.sibling("nope"), store) == 0
         with pytest.raises(vsqs.QueueNotFound):
-            vsqs.redrive(store.sibling("nope"), store)
+            vsqs.Queue(store.sibling("nope"), create=False)
+
+    def test_redrive_into_a_missing_queue_or_into_itself_fails_clearly(
+        self, store: vsqs.Store
+    ) -> None:
+        with vsqs.Queue(store) as q:
+            q.send(b"x")
+        with pytest.raises(vsqs.QueueNotFound):
+            vsqs.redrive(store, store.sibling("nope"))
+        with pytest.raises(vsqs.InvalidArgument, match="into itself"):
+            vsqs.redrive(store, store)
 
     # ----------------------------------------------------------------- config
     def test_config_is_written_once_and_agreed_on(self, store: vsqs.Store) -> None:
