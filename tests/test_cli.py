@@ -247,6 +247,9 @@ def test_environment_defaults(tmp_path: Path) -> None:
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "VSQS_DURABLE" in bad.stderr
     bad = run("stats", q, env={"VSQS_LOG_LEVEL": "loud"})
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "VSQS_LOG_LEVEL" in bad.stderr
+    assert "ERROR or CRITICAL" in bad.stderr
+    for level in ("error", "CRITICAL"):
+        assert run("stats", q, env={"VSQS_LOG_LEVEL": level}).returncode == 0
 
 
 def test_s3_queue_from_store_environment_and_options(s3_server: Server) -> None:
@@ -311,6 +314,51 @@ def test_errors_exit_1_with_one_line_and_a_traceback_only_with_v(
     verbose = run(*argv, "-v")
     assert verbose.returncode == 1 and "Traceback" in verbose.stderr
     assert not (tmp_path / "q" / "missing").exists()
+
+
+def test_a_progress_bar_is_drawn_when_only_stderr_is_a_terminal(tmp_path: Path) -> None:
+    """``vsqs send q --file x > ids.txt`` showed no bar: stdout was not a terminal."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+    import threading
+
+    lines = tmp_path / "lines.txt"
+    lines.write_text("x\n" * 3000)
+    master, terminal = pty.openpty()
+    fcntl.ioctl(
+        terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0)
+    )  # tqdm needs a width
+    drawn: list[bytes] = []
+
+    def read() -> None:
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the terminal side is closed
+                return
+            if not chunk:
+                return
+            drawn.append(chunk)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        assert VSQS is not None
+        done = subprocess.run(
+            [VSQS, "send", str(tmp_path / "q"), "--file", str(lines)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=terminal,
+            timeout=120,
+        )
+    finally:
+        os.close(terminal)
+        reader.join(60)
+        os.close(master)
+    assert done.returncode == 0 and len(done.stdout.split()) == 3000
+    assert b"msg" in b"".join(drawn)  # tqdm's bar, with its unit
 
 
 def test_a_bare_vsqs_prints_the_help_not_an_error() -> None:

@@ -463,6 +463,19 @@ def test_register_is_explicit_and_harmless(spark: SparkSession, tmp_path: Path) 
     assert spark.read.format("vsqs").load(str(tmp_path / "q")).count() == 1
 
 
+@pytest.mark.parametrize("missing", ["pyspark", "pyarrow"])
+def test_vsqs_spark_without_the_extra_names_what_to_install(missing: str) -> None:
+    code = (
+        f"import sys; sys.modules[{missing!r}] = None\n"
+        "try:\n    import vsqs.spark\nexcept ModuleNotFoundError as exc:\n"
+        "    print(exc.name, '|', exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    name, _, message = out.stdout.strip().partition(" | ")
+    assert name == missing
+    assert message.endswith("pip install 'vsqs[spark]'")
+
+
 def test_importing_vsqs_does_not_import_spark() -> None:
     code = "import sys, vsqs; print('pyspark' in sys.modules or 'pyarrow' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -36,7 +36,8 @@ from ._errors import ReceiptExpired, VsqsError
 from ._message import Message, QueueStats
 from ._registry import list_queues
 
-#: ``VSQS_LOG_LEVEL`` (DEBUG, INFO, WARNING) sets the log level when no -v is given.
+#: ``VSQS_LOG_LEVEL`` (DEBUG, INFO, WARNING, ERROR, CRITICAL) sets the log
+#: level when no -v is given.
 LOG_LEVEL_ENV = "VSQS_LOG_LEVEL"
 
 
@@ -532,7 +533,9 @@ def _one_line(exc: BaseException) -> str:
 def _env_level() -> str:
     level = os.environ.get(LOG_LEVEL_ENV, "WARNING").strip().upper() or "WARNING"
     if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
-        raise SystemExit(f"vsqs: error: {LOG_LEVEL_ENV}={level!r}: use DEBUG, INFO or WARNING")
+        raise SystemExit(
+            f"vsqs: error: {LOG_LEVEL_ENV}={level!r}: use DEBUG, INFO, WARNING, ERROR or CRITICAL"
+        )
     return level
 
 

@@ -119,7 +119,8 @@ def open_queue(url: str, *, create: bool = False, **queue_args: Any) -> Queue:
 
 
 def _quiet() -> bool:
-    return not (sys.stdout.isatty() and sys.stderr.isatty())
+    """No bar unless stderr is a terminal (stdout may be a file or a pipe)."""
+    return not sys.stderr.isatty()
 
 
 @contextmanager

@@ -8,6 +8,15 @@ same explicitly. See ``docs/spark.md``.
 
 from __future__ import annotations
 
+try:
+    import pyarrow  # noqa: F401 - the data source's batches need it
+    import pyspark  # noqa: F401
+except ImportError as exc:  # name the extra, as the s3 and gcs backends do
+    raise ModuleNotFoundError(
+        f"vsqs.spark needs PySpark and pyarrow ({exc.name} is missing): pip install 'vsqs[spark]'",
+        name=exc.name,
+    ) from None
+
 from ._consume import consume
 from ._source import VsqsDataSource
 
