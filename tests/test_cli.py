@@ -23,7 +23,10 @@ VSQS = shutil.which("vsqs", path=str(Path(sys.executable).parent)) or shutil.whi
 
 
 def run(
-    *args: str, input: bytes | str | None = None, env: dict[str, str] | None = None
+    *args: str,
+    input: bytes | str | None = None,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
     assert VSQS is not None, "the vsqs console script is not installed"
     data = input.encode() if isinstance(input, str) else input
@@ -32,6 +35,7 @@ def run(
         input=data if data is not None else b"",
         capture_output=True,
         env={**os.environ, **(env or {})},
+        cwd=cwd,
         timeout=120,
     )
     return subprocess.CompletedProcess(
@@ -359,6 +363,31 @@ def test_a_progress_bar_is_drawn_when_only_stderr_is_a_terminal(tmp_path: Path) 
         os.close(master)
     assert done.returncode == 0 and len(done.stdout.split()) == 3000
     assert b"msg" in b"".join(drawn)  # tqdm's bar, with its unit
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("s3:/demo/jobs", "did you mean 's3://demo/jobs'?"),
+        ("s3:demo/jobs", "did you mean 's3://demo/jobs'?"),
+        ("GS:/bucket/q", "did you mean 'gs://bucket/q'?"),
+        ("http://127.0.0.1:9/q", "http://127.0.0.1:9/q: a web server cannot hold a queue"),
+        ("HTTPS://127.0.0.1:9/q", "https://127.0.0.1:9/q: a web server cannot hold a queue"),
+        ("MEMORY://vsqs-cli/q", ""),
+    ],
+)
+def test_a_misspelled_url_is_refused_in_one_line_naming_it(
+    tmp_path: Path, url: str, says: str
+) -> None:
+    """Before: local directories named 's3:' and 'gs:' and exit 0, 'no vsqs
+    backend for s3://' for 'S3://', a network request for http://."""
+    done = run("send", url, "x", cwd=tmp_path)
+    if not says:  # an upper-case scheme is the same scheme
+        assert done.returncode == 0, done.stderr
+        return
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and says in done.stderr, done.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_bare_vsqs_prints_the_help_not_an_error() -> None:

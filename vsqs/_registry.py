@@ -128,10 +128,13 @@ def open_store(location: object, storage_options: dict[str, Any] | None) -> Stor
         return location
     text = _location_text(location, "queue location is a path, URL or Store")
     scheme, sep, rest = text.partition("://")
+    scheme = scheme.lower()  # schemes are case-insensitive (RFC 3986)
     if sep and scheme != "file":
-        return _object_store(scheme.lower(), text, storage_options or {})
+        return _object_store(scheme, f"{scheme}://{rest}", storage_options or {})
     if sep:
         text = _file_url_path(text, rest)
+    else:
+        _refuse_mistyped_url(text)
     if storage_options:
         raise UnsupportedStore("storage_options apply to object-store URLs, not local paths")
     path = os.path.abspath(text)
@@ -153,6 +156,25 @@ def _location_text(location: object, what: str) -> str:
     except UnicodeEncodeError:  # a lone surrogate that no file or key name can hold
         raise InvalidQueueName(f"invalid queue path {text!r:.80}: not encodable") from None
     return text
+
+
+#: Schemes whose ``scheme:`` at the start of a local path is a mistyped URL.
+_LIKELY_SCHEMES = {"s3", "s3a", "gs", "gcs", "file", "memory", "http", "https", "ftp", "sftp"}
+#: Web URLs can be read, not written exclusively: no queue lives there.
+_WEB = {"http", "https"}
+
+
+def _refuse_mistyped_url(path: str) -> None:
+    """Refuse a local path that starts like a URL with a slash or two missing
+    (``s3:/bucket/q``, ``s3:bucket/q``): it would make a directory ``s3:``."""
+    head = path.split("/", 1)[0]
+    prefix, colon, _ = head.partition(":")
+    known = _LIKELY_SCHEMES | set(_registered) | set(_installed_plugins())
+    if colon and prefix.lower() in known:
+        fixed = f"{prefix.lower()}://{path[len(prefix) + 1 :].lstrip('/')}"
+        raise InvalidQueueName(
+            f"{path!r:.80} looks like a mistyped URL: did you mean {fixed!r:.80}?"
+        )
 
 
 def _file_url_path(url: str, path: str) -> str:
@@ -208,6 +230,11 @@ def _object_store(scheme: str, url: str, storage_options: dict[str, Any]) -> Sto
                 f"{type(store).__name__}, not a vsqs Store"
             )
         return store
+    if scheme in _WEB:
+        raise UnsupportedStore(
+            f"{url}: a web server cannot hold a queue (no exclusive creates); "
+            "use s3://, gs://, a registered scheme or a path"
+        )
     fs, path = _filesystem(scheme, url, storage_options)
     _check_resolved(url, path, name)
     head = path.rpartition("/")[0]
@@ -261,6 +288,8 @@ def _filesystem(scheme: str, url: str, storage_options: dict[str, Any]) -> tuple
         ) from None
     except ValueError as exc:  # fsspec: "Protocol not known"
         raise UnsupportedStore(f"no vsqs backend for {scheme}:// URLs: {exc}") from None
+    except OSError as exc:  # a filesystem that connects when it is made (ftp, sftp)
+        raise StorageError(f"opening {url}: {exc}") from exc
     return fs, path.rstrip("/")
 
 
