@@ -243,6 +243,10 @@ class FaultProxy:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    #: socketserver listens with a backlog of 5: a batch opens up to 32
+    #: connections at once, and on a busy machine the overflow waited out SYN
+    #: retransmits past s3fs's 5 s connect timeout ("Could not connect").
+    request_queue_size = 128
     proxy: FaultProxy
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
