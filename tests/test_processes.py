@@ -73,6 +73,21 @@ def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None
         time.sleep(0.002)
 
 
+def join_while_logging(proc: Any, log: Path, what: str) -> None:
+    """Wait for ``proc`` for as long as its ``log`` grows: a slow machine is
+    waited for, a process whose log stands still for longer than a worker's
+    own stall bound fails the test."""
+    size, still_since = -1, time.monotonic()
+    while proc.is_alive():
+        proc.join(1)
+        now_size = log.stat().st_size if log.exists() else 0
+        if now_size != size:
+            size, still_since = now_size, time.monotonic()
+        assert time.monotonic() - still_since < _workers.STALL_DEADLINE + 10, (
+            f"{what} logged nothing for {_workers.STALL_DEADLINE + 10:.0f} s"
+        )
+
+
 def kill9(proc: Any) -> None:
     assert proc.is_alive(), "the child was gone before it could be killed"
     os.kill(proc.pid, signal.SIGKILL)
@@ -139,12 +154,12 @@ def run_race(
         for i, log in enumerate(claim_logs)
     ]
     with running(*consumer_procs, *producer_procs):
-        for proc in producer_procs:
-            proc.join(40)
+        for proc, log in zip(producer_procs, sent_logs, strict=True):
+            join_while_logging(proc, log, "a producer")
             assert proc.exitcode == 0, "a producer failed"
         done.set()
-        for proc in consumer_procs:
-            proc.join(_workers.WORKER_DEADLINE + 5)
+        for proc, log in zip(consumer_procs, claim_logs, strict=True):
+            join_while_logging(proc, log, "a consumer")
             assert proc.exitcode == 0, f"a consumer failed (exit code {proc.exitcode})"
     sent = read_sent(sent_logs)
     assert len(sent) == sum(count for count, _, _ in producers)
