@@ -1,20 +1,25 @@
 """The worker loop of :meth:`vsqs.Queue.consume`: pacing, the heartbeat that
-keeps a message invisible while its handler runs, and settling (delete on
-success, release on failure). The pacing and settling are shared with
-:mod:`vsqs.aio`.
+keeps a message invisible while its handler runs, settling (delete on
+success, release with a backoff delay on failure) and the logging of
+failures. Pacing, backoff, failure
+logging and settling are shared with :mod:`vsqs.aio` and :mod:`vsqs.spark`.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ._config import seconds
+from ._config import retry_delays, seconds
 from ._errors import ReceiptExpired, VsqsError
 from ._message import Message
+from ._names import MsClock
 
 if TYPE_CHECKING:
     import asyncio
@@ -27,6 +32,9 @@ log = logging.getLogger("vsqs")
 #: whether to stop (seconds).
 POLL = 0.5
 
+#: How many failing message ids a :class:`FailureLog` remembers.
+REMEMBERED_FAILURES = 1024
+
 
 def visibility_seconds(queue: Queue, visibility_timeout: float | None) -> float:
     """The visibility timeout a call uses: its own (validated), or the queue's default."""
@@ -35,11 +43,111 @@ def visibility_seconds(queue: Queue, visibility_timeout: float | None) -> float:
     return seconds(visibility_timeout, "visibility_timeout")
 
 
-class ConsumePacing:
-    """When a ``consume`` loop stops, and how long each of its receives waits."""
+class Backoff:
+    """The delay before a message whose handler failed is offered again.
+
+    Exponential with "equal jitter": for a message received ``n`` times,
+    ``step = min(max_retry_delay, retry_delay * 2 ** (n - 1))`` and the delay
+    is ``step / 2 + jitter() * step / 2``, so it is never shorter than half
+    the step (and never than ``retry_delay / 2``): a failing message cannot
+    spin. ``retry_delay`` and ``max_retry_delay`` default to the queue's
+    config; ``jitter`` returns a float in [0, 1) (``random.random`` unless
+    given, e.g. ``random.Random(seed).random`` for repeatable delays).
+    """
 
     def __init__(
         self,
+        queue: Queue,
+        retry_delay: float | None,
+        max_retry_delay: float | None,
+        jitter: Callable[[], float] | None,
+    ) -> None:
+        config = queue.config
+        self._base, self._cap = retry_delays(
+            config.retry_delay if retry_delay is None else retry_delay,
+            config.max_retry_delay if max_retry_delay is None else max_retry_delay,
+        )
+        self._jitter = random.random if jitter is None else jitter
+
+    def delay(self, receive_count: int) -> float:
+        """Seconds to keep a message received ``receive_count`` times hidden after a failure."""
+        doublings = min(max(receive_count, 1) - 1, 64)  # beyond 64 the cap rules anyway
+        step = min(self._cap, self._base * 2.0**doublings)
+        return step / 2 + self._jitter() * step / 2
+
+
+class FailureLog:
+    """Logs handler failures at ERROR: a message's first failure seen by this
+    client with its traceback, each later one as one line with its receive
+    count (one log per open queue: see :func:`failure_log`).
+
+    Remembers the ids of the last :data:`REMEMBERED_FAILURES` failing
+    messages (a success forgets one), so its memory is bounded.
+    """
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def failed(self, message: Message, exc: BaseException, delay: float) -> None:
+        """Log that ``message``'s handler raised ``exc`` and it is retried after ``delay``."""
+        with self._lock:
+            again = message.id in self._seen
+            self._seen[message.id] = None
+            self._seen.move_to_end(message.id)
+            if len(self._seen) > REMEMBERED_FAILURES:
+                self._seen.popitem(last=False)
+        if again:
+            log.error(
+                "%s: handler failed again on %s (receive %d): %s; retrying in %.3g s",
+                self._url,
+                message.id,
+                message.receive_count,
+                repr(exc),
+                delay,
+            )
+        else:
+            log.error(
+                "%s: handler failed on %s (receive %d); retrying in %.3g s",
+                self._url,
+                message.id,
+                message.receive_count,
+                delay,
+                exc_info=exc,
+            )
+
+    def succeeded(self, message: Message) -> None:
+        with self._lock:
+            self._seen.pop(message.id, None)
+
+
+_failure_logs: weakref.WeakKeyDictionary[Queue, FailureLog] = weakref.WeakKeyDictionary()
+_failure_logs_lock = threading.Lock()
+
+
+def failure_log(queue: Queue) -> FailureLog:
+    """The :class:`FailureLog` of ``queue``, shared by all its ``consume``
+    calls (sync and asyncio), so that a worker calling ``consume`` again and
+    again still logs each failing message's traceback once."""
+    with _failure_logs_lock:
+        found = _failure_logs.get(queue)
+        if found is None:
+            found = _failure_logs[queue] = FailureLog(queue.url)
+        return found
+
+
+class ConsumePacing:
+    """When a ``consume`` loop stops, and how long each of its receives waits.
+
+    The idle time is measured on the queue's clock from the start or the last
+    success: received messages whose handler failed do not count as activity,
+    so a queue holding only failing messages ends an idle ``consume`` too.
+    """
+
+    def __init__(
+        self,
+        queue: Queue,
         max_messages: int | None,
         idle_timeout: float | None,
         stop: threading.Event | asyncio.Event | None,
@@ -47,7 +155,8 @@ class ConsumePacing:
         self._left = max_messages
         self._idle = None if idle_timeout is None else seconds(idle_timeout, "idle_timeout")
         self._stop = stop
-        self._idle_since = time.monotonic()
+        self._now = MsClock(queue.clock).elapsed
+        self._idle_since = self._now()
 
     def next_wait(self) -> float | None:
         """Seconds the next receive may wait, or ``None`` to stop."""
@@ -57,27 +166,28 @@ class ConsumePacing:
             return None
         if self._idle is None:
             return POLL
-        waited = time.monotonic() - self._idle_since
+        waited = self._now() - self._idle_since
         return None if waited >= self._idle else min(POLL, self._idle - waited)
 
     def received(self) -> None:
         if self._left is not None:
             self._left -= 1
 
-    def finished(self) -> None:
-        """A message was handled: the idle clock starts again."""
-        self._idle_since = time.monotonic()
+    def succeeded(self) -> None:
+        """A handler succeeded: the idle clock starts again."""
+        self._idle_since = self._now()
 
 
-def settle(queue: Queue, message: Message, *, failed: bool) -> bool:
-    """Delete a handled message, or release it if its handler ``failed``;
-    return whether it counts as a success. A message the handler settled
-    itself is left alone; one whose receipt expired meanwhile is redelivered."""
+def settle(queue: Queue, message: Message, *, failed: bool, delay: float = 0) -> bool:
+    """Delete a handled message, or release it (visible again after ``delay``)
+    if its handler ``failed``; return whether it counts as a success. A
+    message the handler settled itself is left alone; one whose receipt
+    expired meanwhile is redelivered."""
     if message.settled:
         return not failed
     try:
         if failed:
-            queue.release(message)
+            queue.release(message, delay=delay)
         else:
             queue.delete(message)
         return not failed
@@ -152,10 +262,15 @@ def consume(
     max_messages: int | None,
     idle_timeout: float | None,
     stop: threading.Event | None,
+    retry_delay: float | None,
+    max_retry_delay: float | None,
+    jitter: Callable[[], float] | None,
 ) -> int:
     """The loop of :meth:`vsqs.Queue.consume` (see there); returns how many succeeded."""
     vt = visibility_seconds(queue, visibility_timeout)
-    pacing = ConsumePacing(max_messages, idle_timeout, stop)
+    backoff = Backoff(queue, retry_delay, max_retry_delay, jitter)
+    pacing = ConsumePacing(queue, max_messages, idle_timeout, stop)
+    failures = failure_log(queue)
     succeeded = 0
     with Heartbeat(queue, vt) as heartbeat:
         while (poll := pacing.next_wait()) is not None:
@@ -164,15 +279,19 @@ def consume(
                 continue
             pacing.received()
             heartbeat.watch(message)
+            delay = 0.0
             try:
                 handler(message)
-            except Exception:
-                log.exception("%s: handler failed on %s; releasing it", queue.url, message.id)
+            except Exception as exc:
+                delay = backoff.delay(message.receive_count)
+                failures.failed(message, exc, delay)
                 failed = True
             else:
                 failed = False
             finally:
                 heartbeat.watch(None)
-            succeeded += settle(queue, message, failed=failed)
-            pacing.finished()
+            if settle(queue, message, failed=failed, delay=delay):
+                succeeded += 1
+                failures.succeeded(message)
+                pacing.succeeded()
     return succeeded
