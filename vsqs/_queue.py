@@ -589,6 +589,15 @@ class Queue:
         or after ``idle_timeout`` seconds (on the queue's clock) in which no
         handler succeeded: failures do not reset the idle time, so a queue
         holding only failing messages ends the call too.
+
+        Interrupted by anything that is not an ``Exception`` (Ctrl-C's
+        ``KeyboardInterrupt``, ``SystemExit``), it releases the message in
+        hand at once, logs one line at WARNING (handled, succeeded,
+        released) and re-raises. Called in the main thread while SIGTERM has
+        its default handler, it installs for its duration one that raises
+        ``SystemExit(143)``, so SIGTERM cleans up the same way and the
+        process exits with status 143; a SIGTERM handler of your own is left
+        alone.
         """
         return worker.consume(
             self,

@@ -1,7 +1,7 @@
 """The worker loop of :meth:`vsqs.Queue.consume`: pacing, the heartbeat that
 keeps a message invisible while its handler runs, settling (delete on
-success, release with a backoff delay on failure) and the logging of
-failures. Pacing, backoff, failure
+success, release with a backoff delay on failure), the logging of failures,
+and what an interruption (Ctrl-C, SIGTERM) does. Pacing, backoff, failure
 logging and settling are shared with :mod:`vsqs.aio` and :mod:`vsqs.spark`.
 """
 
@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import logging
 import random
+import signal
 import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from ._config import retry_delays, seconds
@@ -34,6 +36,9 @@ POLL = 0.5
 
 #: How many failing message ids a :class:`FailureLog` remembers.
 REMEMBERED_FAILURES = 1024
+
+#: The exit status of a worker stopped by SIGTERM (128 + 15, as shells report it).
+SIGTERM_EXIT = 128 + signal.SIGTERM
 
 
 def visibility_seconds(queue: Queue, visibility_timeout: float | None) -> float:
@@ -254,6 +259,76 @@ class Heartbeat:
                     self._message = None
 
 
+class Run:
+    """What one sync ``consume`` call did, and the message it holds."""
+
+    def __init__(self) -> None:
+        self.handled = self.succeeded = 0
+        self.held: Message | None = None
+        self.sigterm = False
+
+    def release_held(self, queue: Queue) -> int:
+        """Release the message in hand at once; return how many were released (0 or 1)."""
+        message, self.held = self.held, None
+        if message is None or message.settled:
+            return 0
+        try:
+            queue.release(message)
+        except VsqsError as exc:  # it comes back at its expiry anyway
+            log.warning("%s: could not release %s: %s", queue.url, message.id, exc)
+            return 0
+        return 1
+
+
+@contextmanager
+def sigterm_exits(run: Run) -> Iterator[None]:
+    """While this runs in the main thread, and only if SIGTERM's handler is
+    the default one, make SIGTERM raise ``SystemExit(143)`` (so that the
+    interrupted ``consume`` cleans up); restore the default handler on the
+    way out. A handler installed by the user is left alone."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
+        yield
+        return
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        run.sigterm = True
+        raise SystemExit(SIGTERM_EXIT)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        if signal.getsignal(signal.SIGTERM) is on_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@contextmanager
+def interruptible(queue: Queue, run: Run) -> Iterator[None]:
+    """On any exception out of the loop, release the message in hand at once
+    and re-raise; on an interruption (not an ``Exception``: Ctrl-C, SIGTERM,
+    ``SystemExit``), also log one line at WARNING saying what was done."""
+    with sigterm_exits(run):
+        try:
+            yield
+        except BaseException as exc:
+            released = run.release_held(queue)
+            if not isinstance(exc, Exception):
+                what = "SIGTERM" if run.sigterm else type(exc).__name__
+                log.warning(
+                    "%s: consume stopped by %s: handled %d (%d succeeded), released %d "
+                    "in hand (visible again now)",
+                    queue.url,
+                    what,
+                    run.handled,
+                    run.succeeded,
+                    released,
+                )
+            raise
+
+
 def consume(
     queue: Queue,
     handler: Callable[[Message], object],
@@ -271,12 +346,13 @@ def consume(
     backoff = Backoff(queue, retry_delay, max_retry_delay, jitter)
     pacing = ConsumePacing(queue, max_messages, idle_timeout, stop)
     failures = failure_log(queue)
-    succeeded = 0
-    with Heartbeat(queue, vt) as heartbeat:
+    run = Run()
+    with interruptible(queue, run), Heartbeat(queue, vt) as heartbeat:
         while (poll := pacing.next_wait()) is not None:
             message = queue.receive(visibility_timeout=vt, wait=poll)
             if message is None:
                 continue
+            run.held = message
             pacing.received()
             heartbeat.watch(message)
             delay = 0.0
@@ -290,8 +366,11 @@ def consume(
                 failed = False
             finally:
                 heartbeat.watch(None)
-            if settle(queue, message, failed=failed, delay=delay):
-                succeeded += 1
+            ok = settle(queue, message, failed=failed, delay=delay)
+            run.held = None
+            run.handled += 1
+            if ok:
+                run.succeeded += 1
                 failures.succeeded(message)
                 pacing.succeeded()
-    return succeeded
+    return run.succeeded

@@ -136,6 +136,28 @@ class WorkerTests:
         )
         assert done == 0 and 1 <= len(attempts) <= 7, attempts
 
+    @pytest.mark.parametrize("interruption", [KeyboardInterrupt, SystemExit])
+    def test_an_interrupted_consume_releases_the_message_in_hand_at_once(
+        self,
+        live: vsqs.Queue,
+        caplog: pytest.LogCaptureFixture,
+        interruption: type[BaseException],
+    ) -> None:
+        live.send_batch([b"done", b"interrupted"])
+
+        def handler(msg: vsqs.Message) -> None:
+            if msg.body == b"interrupted":
+                raise interruption()
+
+        with caplog.at_level(logging.WARNING, logger="vsqs"), pytest.raises(interruption):
+            live.consume(handler)
+        again = live.receive()  # long before the visibility timeout (30 s)
+        assert again is not None and (again.body, again.receive_count) == (b"interrupted", 2)
+        assert [r.getMessage() for r in caplog.records if "stopped by" in r.getMessage()] == [
+            f"{live.url}: consume stopped by {interruption.__name__}: handled 1 (1 succeeded), "
+            "released 1 in hand (visible again now)"
+        ]
+
     def test_consume_stops_on_event(self, live: vsqs.Queue) -> None:
         stop = threading.Event()
         stop.set()
