@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import Counter
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 import vsqs
 import vsqs.aio
+from vsqs.testing import FakeClock
 
 
 def test_concurrent_producers_and_consumers_deliver_each_message_once(tmp_path: Path) -> None:
@@ -119,13 +121,49 @@ def test_consume_deletes_on_success_releases_on_error_and_keeps_long_handlers_hi
                 if message.body == b"flaky" and message.receive_count == 1:
                     raise RuntimeError("first attempt fails")
 
-            done = await q.consume(handler, idle_timeout=0.5)
+            done = await q.consume(handler, idle_timeout=0.5, retry_delay=0.01)
             assert (await q.stats()).ready == 0
         return done, seen
 
     done, seen = asyncio.run(main())
     assert done == 3
-    assert seen == [(b"slow", 1), (b"flaky", 1), (b"flaky", 2), (b"fine", 1)]
+    # flaky's retry waits up to 0.01 s: fine may come before or after it.
+    assert seen[:2] == [(b"slow", 1), (b"flaky", 1)]
+    assert sorted(seen[2:]) == [(b"fine", 1), (b"flaky", 2)]
+
+
+def test_consume_retries_a_failure_after_a_backoff_and_logs_it_once(
+    tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As the sync consume: the delay doubles per receive ("equal jitter",
+    here 3/4 of each step), a failure does not restart the idle time, and a
+    message's traceback is logged once, later failures in one line."""
+
+    async def main() -> list[int]:
+        attempts: list[int] = []
+        async with vsqs.aio.Queue(tmp_path / "q", clock=clock, retry_delay=2) as q:
+            await q.send(b"bad")
+
+            async def handler(message: vsqs.aio.Message) -> None:
+                attempts.append(message.receive_count)
+                if message.receive_count == 3:
+                    clock.advance(10)  # past the idle timeout
+                raise RuntimeError("bad")
+
+            with caplog.at_level(logging.ERROR, logger="vsqs"):
+                for delay in (1.5, 3.0):
+                    assert await q.consume(handler, max_messages=1, jitter=lambda: 0.5) == 0
+                    clock.advance(delay - 0.01)
+                    assert await q.peek() == [], f"retried sooner than {delay} s"
+                    clock.advance(0.02)
+                done = await q.consume(handler, max_messages=3, idle_timeout=5, jitter=lambda: 0)
+            assert done == 0
+        return attempts
+
+    assert asyncio.run(main()) == [1, 2, 3]
+    failed = [r for r in caplog.records if "handler failed" in r.getMessage()]
+    assert [r.exc_info is not None for r in failed] == [True, False, False]
+    assert "(receive 3): RuntimeError('bad'); retrying in 4 s" in failed[2].getMessage()
 
 
 def test_consume_runs_a_plain_handler_in_the_worker_threads(tmp_path: Path) -> None:

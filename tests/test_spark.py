@@ -34,6 +34,7 @@ from vsqs.spark._stream import QueueStreamReader  # noqa: E402
 
 from ._fault_proxy import FaultProxy, Gate  # noqa: E402
 from .servers import Server  # noqa: E402
+from .test_processes import wait_until  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -323,8 +324,11 @@ def test_consume_deletes_only_after_the_sink_succeeded(spark: SparkSession, tmp_
         raise RuntimeError("the sink failed after writing part of its output")
 
     with pytest.raises(RuntimeError, match="sink failed"):
-        vsqs.spark.consume(spark, str(tmp_path / "q"), failing_sink, max_messages=10)
-    assert q.stats().ready == 25, "a failed batch deleted or kept holding messages"
+        vsqs.spark.consume(
+            spark, str(tmp_path / "q"), failing_sink, max_messages=10, retry_delay=0.01
+        )
+    # Released after a backoff of at most 0.01 s (not held for the visibility timeout).
+    wait_until(lambda: q.stats().ready == 25, 60, "a failed batch to be released")
 
     seen: list[int] = []
 
@@ -337,6 +341,37 @@ def test_consume_deletes_only_after_the_sink_succeeded(spark: SparkSession, tmp_
     assert (report.batches, report.messages, report.expired) == (3, 25, 0) and seen == [0, 1, 2]
     assert sorted(streamed(spark, out / "ok")) == sent
     assert q.stats().ready == q.stats().in_flight == 0
+
+
+def test_a_failed_batch_is_released_after_each_messages_backoff(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The delay of ``Queue.consume`` by receive count: 3/4 of 100 s doubled per receive."""
+    q = vsqs.Queue(tmp_path / "q")
+    once, fresh = q.send_batch([b"received once before", b"fresh"])
+    before = q.receive()
+    assert before is not None and before.id == once
+    before.release()
+
+    def failing_sink(df: DataFrame, batch_id: int) -> None:
+        raise RuntimeError("the sink is down")
+
+    start_ms = int(time.time() * 1000)
+    with pytest.raises(RuntimeError, match="sink is down"):
+        vsqs.spark.consume(
+            spark,
+            str(tmp_path / "q"),
+            failing_sink,
+            retry_delay=100,
+            max_retry_delay=1000,
+            jitter=lambda: 0.5,
+        )
+    end_ms = int(time.time() * 1000) + 1
+    held = {p.id: p for p in map(names.parse, listing(tmp_path / "q")) if p is not None}
+    assert {i: p.receive_count for i, p in held.items()} == {once: 2, fresh: 1}
+    for message_id, delay_ms in [(once, 150_000), (fresh, 75_000)]:
+        expiry = held[message_id].expiry_ms
+        assert expiry is not None and start_ms + delay_ms <= expiry <= end_ms + delay_ms
 
 
 def test_consume_counts_receipts_that_expired_during_a_batch(

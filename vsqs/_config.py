@@ -12,6 +12,13 @@ from ._errors import InvalidArgument, QueueConfigError
 from ._names import FORMAT_VERSION
 
 DEFAULT_VISIBILITY_TIMEOUT = 30.0
+#: A failed ``consume`` handler's message is retried after ``retry_delay``,
+#: doubling per receive up to ``max_retry_delay`` (seconds; see ``_worker.Backoff``).
+DEFAULT_RETRY_DELAY = 1.0
+DEFAULT_MAX_RETRY_DELAY = 300.0
+#: The smallest ``retry_delay``: a failing message is never retried sooner
+#: than half of it, so it cannot spin.
+MIN_RETRY_DELAY = 0.01
 #: Longest visibility timeout or delay accepted: one year.
 MAX_SECONDS = 365 * 24 * 3600.0
 
@@ -30,6 +37,9 @@ def seconds(value: object, what: str) -> float:
 #: Process-wide defaults, read when a queue is opened; explicit arguments win.
 #: The visibility timeout written into the config of queues this process creates.
 ENV_VISIBILITY_TIMEOUT = "VSQS_VISIBILITY_TIMEOUT"
+#: The retry delays written into the config of queues this process creates.
+ENV_RETRY_DELAY = "VSQS_RETRY_DELAY"
+ENV_MAX_RETRY_DELAY = "VSQS_MAX_RETRY_DELAY"
 #: ``0``/``false`` makes ``durable=False`` the default (no fsync per send).
 ENV_DURABLE = "VSQS_DURABLE"
 #: Seconds after which a ``.new`` leftover counts as a crashed writer's.
@@ -70,19 +80,43 @@ def positive_int(value: object, what: str) -> int:
     return value
 
 
+def retry_seconds(value: object, what: str) -> float:
+    """Validate a retry delay: seconds, at least :data:`MIN_RETRY_DELAY`."""
+    delay = seconds(value, what)
+    if delay < MIN_RETRY_DELAY:
+        raise InvalidArgument(
+            f"{what} must be at least {MIN_RETRY_DELAY} seconds (a failing message "
+            f"would be retried in a tight loop), not {value}"
+        )
+    return delay
+
+
+def retry_delays(retry_delay: object, max_retry_delay: object) -> tuple[float, float]:
+    """Validate a pair of retry delays; refuse a cap below the first delay."""
+    base = retry_seconds(retry_delay, "retry_delay")
+    cap = retry_seconds(max_retry_delay, "max_retry_delay")
+    if cap < base:
+        raise InvalidArgument(f"max_retry_delay ({cap:g}) must be at least retry_delay ({base:g})")
+    return base, cap
+
+
 @dataclass(frozen=True)
 class QueueConfig:
     """Queue defaults every client agrees on (``vsqs.json`` in the queue).
 
     ``dead_letter`` is a queue name next to this queue, or a URL/path.
+    ``retry_delay`` and ``max_retry_delay`` pace the retries of ``consume``.
     """
 
     visibility_timeout: float = DEFAULT_VISIBILITY_TIMEOUT
     max_receives: int | None = None
     dead_letter: str | None = None
+    retry_delay: float = DEFAULT_RETRY_DELAY
+    max_retry_delay: float = DEFAULT_MAX_RETRY_DELAY
 
     def __post_init__(self) -> None:
         seconds(self.visibility_timeout, "visibility_timeout")
+        retry_delays(self.retry_delay, self.max_retry_delay)
         if self.max_receives is not None:
             positive_int(self.max_receives, "max_receives")
         if self.dead_letter is not None and not isinstance(self.dead_letter, str):

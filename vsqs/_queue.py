@@ -22,14 +22,19 @@ from . import _inspect as inspect
 from . import _names as names
 from . import _worker as worker
 from ._config import (
+    DEFAULT_MAX_RETRY_DELAY,
+    DEFAULT_RETRY_DELAY,
     DEFAULT_VISIBILITY_TIMEOUT,
     ENV_DURABLE,
     ENV_MAX_POLL_INTERVAL,
+    ENV_MAX_RETRY_DELAY,
+    ENV_RETRY_DELAY,
     ENV_VISIBILITY_TIMEOUT,
     QueueConfig,
     env_flag,
     env_seconds,
     positive_int,
+    retry_seconds,
     seconds,
 )
 from ._dead_letter import DeadLetters, check_target
@@ -66,13 +71,15 @@ class Queue:
 
     A ``Queue`` is thread-safe and may be shared by threads of one process.
 
-    ``visibility_timeout``, ``max_receives`` and ``dead_letter`` are the
-    queue's defaults, written into its config when this call creates it and
-    checked against it otherwise. Defaults left out come, in this order, from
-    the queue's config, the ``VSQS_VISIBILITY_TIMEOUT`` (at creation),
-    ``VSQS_DURABLE``, ``VSQS_NEW_GRACE`` and ``VSQS_MAX_POLL_INTERVAL``
-    environment variables, and the built-in values (30 s, durable, one hour,
-    2 s). No file is read but the queue's own.
+    ``visibility_timeout``, ``max_receives``, ``dead_letter``, ``retry_delay``
+    and ``max_retry_delay`` are the queue's defaults, written into its config
+    when this call creates it and checked against it otherwise. Defaults left
+    out come, in this order, from the queue's config, the
+    ``VSQS_VISIBILITY_TIMEOUT``, ``VSQS_RETRY_DELAY``, ``VSQS_MAX_RETRY_DELAY``
+    (these three at creation), ``VSQS_DURABLE``, ``VSQS_NEW_GRACE`` and
+    ``VSQS_MAX_POLL_INTERVAL`` environment variables, and the built-in values
+    (30 s, 1 s, 300 s, durable, one hour, 2 s). No file is read but the
+    queue's own.
 
     ``max_poll_interval``: on object stores, where every look is a LIST
     request, a receiver that has received nothing for 10 s lists at most
@@ -89,6 +96,8 @@ class Queue:
         visibility_timeout: float | None = None,
         max_receives: int | None = None,
         dead_letter: str | None = None,
+        retry_delay: float | None = None,
+        max_retry_delay: float | None = None,
         durable: bool | None = None,
         clock: Callable[[], float] = time.time,
         new_grace: float | None = None,
@@ -123,6 +132,12 @@ class Queue:
             else seconds(visibility_timeout, "visibility_timeout"),
             "max_receives": max_receives,
             "dead_letter": dead_letter,
+            "retry_delay": None
+            if retry_delay is None
+            else retry_seconds(retry_delay, "retry_delay"),
+            "max_retry_delay": None
+            if max_retry_delay is None
+            else retry_seconds(max_retry_delay, "max_retry_delay"),
         }
         try:
             check_target(dead_letter)  # before anything is created with it
@@ -146,7 +161,14 @@ class Queue:
                 defaults = {
                     "visibility_timeout": env_seconds(
                         ENV_VISIBILITY_TIMEOUT, DEFAULT_VISIBILITY_TIMEOUT
-                    )
+                    ),
+                    "retry_delay": retry_seconds(
+                        env_seconds(ENV_RETRY_DELAY, DEFAULT_RETRY_DELAY), ENV_RETRY_DELAY
+                    ),
+                    "max_retry_delay": retry_seconds(
+                        env_seconds(ENV_MAX_RETRY_DELAY, DEFAULT_MAX_RETRY_DELAY),
+                        ENV_MAX_RETRY_DELAY,
+                    ),
                 }
                 config = QueueConfig(
                     **defaults | {k: v for k, v in requested.items() if v is not None}
@@ -544,15 +566,38 @@ class Queue:
         max_messages: int | None = None,
         idle_timeout: float | None = None,
         stop: threading.Event | None = None,
+        retry_delay: float | None = None,
+        max_retry_delay: float | None = None,
+        jitter: Callable[[], float] | None = None,
     ) -> int:
         """Run ``handler`` on messages one at a time; return how many succeeded.
 
         While the handler runs, a heartbeat thread extends the message's
         visibility every third of the visibility timeout. When the handler
-        returns, the message is deleted; when it raises, the message is
-        released for another attempt (and the error is logged). Stops after
-        ``max_messages`` messages, after ``idle_timeout`` seconds without one,
-        or when ``stop`` is set.
+        returns, the message is deleted. When it raises an ``Exception``, the
+        message is released to be retried after a backoff delay: for a
+        message received ``n`` times, ``step = min(max_retry_delay,
+        retry_delay * 2 ** (n - 1))`` and the delay is ``step / 2`` plus a
+        random part of up to ``step / 2`` drawn from ``jitter()`` ("equal
+        jitter"; ``jitter`` returns a float in [0, 1), ``random.random`` by
+        default). ``retry_delay`` and ``max_retry_delay`` default to the
+        queue's (1 s and 300 s unless set at creation). A message's first
+        failure in this call is logged at ERROR with its traceback, later
+        ones as one line with the receive count.
+
+        Stops after ``max_messages`` messages received, once ``stop`` is set,
+        or after ``idle_timeout`` seconds (on the queue's clock) in which no
+        handler succeeded: failures do not reset the idle time, so a queue
+        holding only failing messages ends the call too.
+
+        Interrupted by anything that is not an ``Exception`` (Ctrl-C's
+        ``KeyboardInterrupt``, ``SystemExit``), it releases the message in
+        hand at once, logs one line at WARNING (handled, succeeded,
+        released) and re-raises. Called in the main thread while SIGTERM has
+        its default handler, it installs for its duration one that raises
+        ``SystemExit(143)``, so SIGTERM cleans up the same way and the
+        process exits with status 143; a SIGTERM handler of your own is left
+        alone.
         """
         return worker.consume(
             self,
@@ -561,6 +606,9 @@ class Queue:
             max_messages=max_messages,
             idle_timeout=idle_timeout,
             stop=stop,
+            retry_delay=retry_delay,
+            max_retry_delay=max_retry_delay,
+            jitter=jitter,
         )
 
 

@@ -1,20 +1,27 @@
 """The worker loop of :meth:`vsqs.Queue.consume`: pacing, the heartbeat that
-keeps a message invisible while its handler runs, and settling (delete on
-success, release on failure). The pacing and settling are shared with
-:mod:`vsqs.aio`.
+keeps a message invisible while its handler runs, settling (delete on
+success, release with a backoff delay on failure), the logging of failures,
+and what an interruption (Ctrl-C, SIGTERM) does. Pacing, backoff, failure
+logging and settling are shared with :mod:`vsqs.aio` and :mod:`vsqs.spark`.
 """
 
 from __future__ import annotations
 
 import logging
+import random
+import signal
 import threading
 import time
-from collections.abc import Callable
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from ._config import seconds
+from ._config import retry_delays, seconds
 from ._errors import ReceiptExpired, VsqsError
 from ._message import Message
+from ._names import MsClock
 
 if TYPE_CHECKING:
     import asyncio
@@ -27,6 +34,12 @@ log = logging.getLogger("vsqs")
 #: whether to stop (seconds).
 POLL = 0.5
 
+#: How many failing message ids a :class:`FailureLog` remembers.
+REMEMBERED_FAILURES = 1024
+
+#: The exit status of a worker stopped by SIGTERM (128 + 15, as shells report it).
+SIGTERM_EXIT = 128 + signal.SIGTERM
+
 
 def visibility_seconds(queue: Queue, visibility_timeout: float | None) -> float:
     """The visibility timeout a call uses: its own (validated), or the queue's default."""
@@ -35,11 +48,111 @@ def visibility_seconds(queue: Queue, visibility_timeout: float | None) -> float:
     return seconds(visibility_timeout, "visibility_timeout")
 
 
-class ConsumePacing:
-    """When a ``consume`` loop stops, and how long each of its receives waits."""
+class Backoff:
+    """The delay before a message whose handler failed is offered again.
+
+    Exponential with "equal jitter": for a message received ``n`` times,
+    ``step = min(max_retry_delay, retry_delay * 2 ** (n - 1))`` and the delay
+    is ``step / 2 + jitter() * step / 2``, so it is never shorter than half
+    the step (and never than ``retry_delay / 2``): a failing message cannot
+    spin. ``retry_delay`` and ``max_retry_delay`` default to the queue's
+    config; ``jitter`` returns a float in [0, 1) (``random.random`` unless
+    given, e.g. ``random.Random(seed).random`` for repeatable delays).
+    """
 
     def __init__(
         self,
+        queue: Queue,
+        retry_delay: float | None,
+        max_retry_delay: float | None,
+        jitter: Callable[[], float] | None,
+    ) -> None:
+        config = queue.config
+        self._base, self._cap = retry_delays(
+            config.retry_delay if retry_delay is None else retry_delay,
+            config.max_retry_delay if max_retry_delay is None else max_retry_delay,
+        )
+        self._jitter = random.random if jitter is None else jitter
+
+    def delay(self, receive_count: int) -> float:
+        """Seconds to keep a message received ``receive_count`` times hidden after a failure."""
+        doublings = min(max(receive_count, 1) - 1, 64)  # beyond 64 the cap rules anyway
+        step = min(self._cap, self._base * 2.0**doublings)
+        return step / 2 + self._jitter() * step / 2
+
+
+class FailureLog:
+    """Logs handler failures at ERROR: a message's first failure seen by this
+    client with its traceback, each later one as one line with its receive
+    count (one log per open queue: see :func:`failure_log`).
+
+    Remembers the ids of the last :data:`REMEMBERED_FAILURES` failing
+    messages (a success forgets one), so its memory is bounded.
+    """
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def failed(self, message: Message, exc: BaseException, delay: float) -> None:
+        """Log that ``message``'s handler raised ``exc`` and it is retried after ``delay``."""
+        with self._lock:
+            again = message.id in self._seen
+            self._seen[message.id] = None
+            self._seen.move_to_end(message.id)
+            if len(self._seen) > REMEMBERED_FAILURES:
+                self._seen.popitem(last=False)
+        if again:
+            log.error(
+                "%s: handler failed again on %s (receive %d): %s; retrying in %.3g s",
+                self._url,
+                message.id,
+                message.receive_count,
+                repr(exc),
+                delay,
+            )
+        else:
+            log.error(
+                "%s: handler failed on %s (receive %d); retrying in %.3g s",
+                self._url,
+                message.id,
+                message.receive_count,
+                delay,
+                exc_info=exc,
+            )
+
+    def succeeded(self, message: Message) -> None:
+        with self._lock:
+            self._seen.pop(message.id, None)
+
+
+_failure_logs: weakref.WeakKeyDictionary[Queue, FailureLog] = weakref.WeakKeyDictionary()
+_failure_logs_lock = threading.Lock()
+
+
+def failure_log(queue: Queue) -> FailureLog:
+    """The :class:`FailureLog` of ``queue``, shared by all its ``consume``
+    calls (sync and asyncio), so that a worker calling ``consume`` again and
+    again still logs each failing message's traceback once."""
+    with _failure_logs_lock:
+        found = _failure_logs.get(queue)
+        if found is None:
+            found = _failure_logs[queue] = FailureLog(queue.url)
+        return found
+
+
+class ConsumePacing:
+    """When a ``consume`` loop stops, and how long each of its receives waits.
+
+    The idle time is measured on the queue's clock from the start or the last
+    success: received messages whose handler failed do not count as activity,
+    so a queue holding only failing messages ends an idle ``consume`` too.
+    """
+
+    def __init__(
+        self,
+        queue: Queue,
         max_messages: int | None,
         idle_timeout: float | None,
         stop: threading.Event | asyncio.Event | None,
@@ -47,7 +160,8 @@ class ConsumePacing:
         self._left = max_messages
         self._idle = None if idle_timeout is None else seconds(idle_timeout, "idle_timeout")
         self._stop = stop
-        self._idle_since = time.monotonic()
+        self._now = MsClock(queue.clock).elapsed
+        self._idle_since = self._now()
 
     def next_wait(self) -> float | None:
         """Seconds the next receive may wait, or ``None`` to stop."""
@@ -57,27 +171,28 @@ class ConsumePacing:
             return None
         if self._idle is None:
             return POLL
-        waited = time.monotonic() - self._idle_since
+        waited = self._now() - self._idle_since
         return None if waited >= self._idle else min(POLL, self._idle - waited)
 
     def received(self) -> None:
         if self._left is not None:
             self._left -= 1
 
-    def finished(self) -> None:
-        """A message was handled: the idle clock starts again."""
-        self._idle_since = time.monotonic()
+    def succeeded(self) -> None:
+        """A handler succeeded: the idle clock starts again."""
+        self._idle_since = self._now()
 
 
-def settle(queue: Queue, message: Message, *, failed: bool) -> bool:
-    """Delete a handled message, or release it if its handler ``failed``;
-    return whether it counts as a success. A message the handler settled
-    itself is left alone; one whose receipt expired meanwhile is redelivered."""
+def settle(queue: Queue, message: Message, *, failed: bool, delay: float = 0) -> bool:
+    """Delete a handled message, or release it (visible again after ``delay``)
+    if its handler ``failed``; return whether it counts as a success. A
+    message the handler settled itself is left alone; one whose receipt
+    expired meanwhile is redelivered."""
     if message.settled:
         return not failed
     try:
         if failed:
-            queue.release(message)
+            queue.release(message, delay=delay)
         else:
             queue.delete(message)
         return not failed
@@ -144,6 +259,76 @@ class Heartbeat:
                     self._message = None
 
 
+class Run:
+    """What one sync ``consume`` call did, and the message it holds."""
+
+    def __init__(self) -> None:
+        self.handled = self.succeeded = 0
+        self.held: Message | None = None
+        self.sigterm = False
+
+    def release_held(self, queue: Queue) -> int:
+        """Release the message in hand at once; return how many were released (0 or 1)."""
+        message, self.held = self.held, None
+        if message is None or message.settled:
+            return 0
+        try:
+            queue.release(message)
+        except VsqsError as exc:  # it comes back at its expiry anyway
+            log.warning("%s: could not release %s: %s", queue.url, message.id, exc)
+            return 0
+        return 1
+
+
+@contextmanager
+def sigterm_exits(run: Run) -> Iterator[None]:
+    """While this runs in the main thread, and only if SIGTERM's handler is
+    the default one, make SIGTERM raise ``SystemExit(143)`` (so that the
+    interrupted ``consume`` cleans up); restore the default handler on the
+    way out. A handler installed by the user is left alone."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
+        yield
+        return
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        run.sigterm = True
+        raise SystemExit(SIGTERM_EXIT)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        if signal.getsignal(signal.SIGTERM) is on_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@contextmanager
+def interruptible(queue: Queue, run: Run) -> Iterator[None]:
+    """On any exception out of the loop, release the message in hand at once
+    and re-raise; on an interruption (not an ``Exception``: Ctrl-C, SIGTERM,
+    ``SystemExit``), also log one line at WARNING saying what was done."""
+    with sigterm_exits(run):
+        try:
+            yield
+        except BaseException as exc:
+            released = run.release_held(queue)
+            if not isinstance(exc, Exception):
+                what = "SIGTERM" if run.sigterm else type(exc).__name__
+                log.warning(
+                    "%s: consume stopped by %s: handled %d (%d succeeded), released %d "
+                    "in hand (visible again now)",
+                    queue.url,
+                    what,
+                    run.handled,
+                    run.succeeded,
+                    released,
+                )
+            raise
+
+
 def consume(
     queue: Queue,
     handler: Callable[[Message], object],
@@ -152,27 +337,40 @@ def consume(
     max_messages: int | None,
     idle_timeout: float | None,
     stop: threading.Event | None,
+    retry_delay: float | None,
+    max_retry_delay: float | None,
+    jitter: Callable[[], float] | None,
 ) -> int:
     """The loop of :meth:`vsqs.Queue.consume` (see there); returns how many succeeded."""
     vt = visibility_seconds(queue, visibility_timeout)
-    pacing = ConsumePacing(max_messages, idle_timeout, stop)
-    succeeded = 0
-    with Heartbeat(queue, vt) as heartbeat:
+    backoff = Backoff(queue, retry_delay, max_retry_delay, jitter)
+    pacing = ConsumePacing(queue, max_messages, idle_timeout, stop)
+    failures = failure_log(queue)
+    run = Run()
+    with interruptible(queue, run), Heartbeat(queue, vt) as heartbeat:
         while (poll := pacing.next_wait()) is not None:
             message = queue.receive(visibility_timeout=vt, wait=poll)
             if message is None:
                 continue
+            run.held = message
             pacing.received()
             heartbeat.watch(message)
+            delay = 0.0
             try:
                 handler(message)
-            except Exception:
-                log.exception("%s: handler failed on %s; releasing it", queue.url, message.id)
+            except Exception as exc:
+                delay = backoff.delay(message.receive_count)
+                failures.failed(message, exc, delay)
                 failed = True
             else:
                 failed = False
             finally:
                 heartbeat.watch(None)
-            succeeded += settle(queue, message, failed=failed)
-            pacing.finished()
-    return succeeded
+            ok = settle(queue, message, failed=failed, delay=delay)
+            run.held = None
+            run.handled += 1
+            if ok:
+                run.succeeded += 1
+                failures.succeeded(message)
+                pacing.succeeded()
+    return run.succeeded

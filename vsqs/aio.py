@@ -36,7 +36,7 @@ from ._config import positive_int
 from ._dead_letter import redrive as sync_redrive
 from ._errors import VsqsError
 from ._message import Body, DeleteResult, Progress, QueueStats
-from ._worker import ConsumePacing, settle, visibility_seconds
+from ._worker import Backoff, ConsumePacing, FailureLog, failure_log, settle, visibility_seconds
 
 log = logging.getLogger("vsqs")
 
@@ -245,6 +245,9 @@ class Queue:
         max_messages: int | None = None,
         idle_timeout: float | None = None,
         stop: asyncio.Event | None = None,
+        retry_delay: float | None = None,
+        max_retry_delay: float | None = None,
+        jitter: Callable[[], float] | None = None,
     ) -> int:
         """Await ``handler`` on messages one at a time; return how many succeeded.
 
@@ -254,25 +257,33 @@ class Queue:
 
         As :meth:`vsqs.Queue.consume`: while the handler runs, a heartbeat task
         extends the message every third of the visibility timeout; the message
-        is deleted when the handler returns and released when it raises (or
-        is cancelled, in which case the cancellation propagates). Stops after
-        ``max_messages``, after ``idle_timeout`` seconds without a message, or
-        once ``stop`` is set.
+        is deleted when the handler returns, released after the backoff delay
+        (``retry_delay``, ``max_retry_delay``, ``jitter``) when it raises, and
+        released at once if it is cancelled (the cancellation propagates).
+        Failures are logged as there. Stops after ``max_messages``, after
+        ``idle_timeout`` seconds in which no handler succeeded, or once
+        ``stop`` is set.
         """
         queue = await self.open()
         vt = visibility_seconds(queue, visibility_timeout)
-        pacing = ConsumePacing(max_messages, idle_timeout, stop)
+        backoff = Backoff(queue, retry_delay, max_retry_delay, jitter)
+        pacing = ConsumePacing(queue, max_messages, idle_timeout, stop)
+        failures = failure_log(queue)
         succeeded = 0
         while (poll := pacing.next_wait()) is not None:
             message = await self.receive(visibility_timeout=vt, wait=poll)
             if message is None:
                 continue
             pacing.received()
-            succeeded += await self._handle(message, handler, vt)
-            pacing.finished()
+            if await self._handle(message, handler, vt, backoff, failures):
+                succeeded += 1
+                failures.succeeded(message.sync)
+                pacing.succeeded()
         return succeeded
 
-    async def _handle(self, message: Message, handler: Handler, vt: float) -> bool:
+    async def _handle(
+        self, message: Message, handler: Handler, vt: float, backoff: Backoff, failures: FailureLog
+    ) -> bool:
         heartbeat = asyncio.create_task(self._heartbeat(message, vt)) if vt > 0 else None
         try:
             try:
@@ -283,9 +294,10 @@ class Queue:
         except asyncio.CancelledError:
             await self._settle(message, failed=True)
             raise
-        except Exception:
-            log.exception("%s: handler failed on %s; releasing it", self.url, message.id)
-            return await self._settle(message, failed=True)
+        except Exception as exc:
+            delay = backoff.delay(message.receive_count)
+            failures.failed(message.sync, exc, delay)
+            return await self._settle(message, failed=True, delay=delay)
         return await self._settle(message, failed=False)
 
     async def _run(self, handler: Handler, message: Message) -> None:
@@ -308,9 +320,9 @@ class Queue:
                 log.warning("%s: heartbeat for %s stopped: %s", self.url, message.id, exc)
                 return
 
-    async def _settle(self, message: Message, *, failed: bool) -> bool:
+    async def _settle(self, message: Message, *, failed: bool, delay: float = 0) -> bool:
         queue = await self.open()
-        return await self._call(settle, queue, message.sync, failed=failed)
+        return await self._call(settle, queue, message.sync, failed=failed, delay=delay)
 
 
 async def redrive(

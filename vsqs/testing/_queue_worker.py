@@ -4,6 +4,7 @@ The worker helper, and bad input through the whole API.
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -15,7 +16,18 @@ import pytest
 import vsqs
 from vsqs import _names as names
 
+from ._clock import FakeClock
 from ._suite import listing
+
+
+def always_fails(attempts: list[int]) -> Callable[[vsqs.Message], None]:
+    """A handler that records each message's receive count and raises."""
+
+    def handler(msg: vsqs.Message) -> None:
+        attempts.append(msg.receive_count)
+        raise RuntimeError(f"cannot handle {msg.body!r}")
+
+    return handler
 
 
 class WorkerTests:
@@ -31,7 +43,7 @@ class WorkerTests:
             if msg.body == b"fail-once" and msg.receive_count == 1:
                 raise RuntimeError("boom")
 
-        assert live.consume(handler, idle_timeout=0.5) == 3
+        assert live.consume(handler, idle_timeout=0.5, retry_delay=0.01) == 3
         assert attempts == {b"ok": 1, b"fail-once": 2, b"ok2": 1}
         stats = live.stats()
         assert (stats.ready, stats.in_flight) == (0, 0)
@@ -53,6 +65,98 @@ class WorkerTests:
         assert live.consume(handler, visibility_timeout=0.3, max_messages=1) == 1
         assert stolen == []
         assert live.stats().in_flight == 0 and live.receive() is None
+
+    def test_a_failing_message_is_retried_after_an_exponential_backoff(
+        self, store: vsqs.Store, clock: FakeClock
+    ) -> None:
+        """Queue defaults from its config, overridden per call; "equal jitter"."""
+        with vsqs.Queue(
+            store.sibling("backoff"), clock=clock, retry_delay=2, max_retry_delay=16
+        ) as q:
+            q.send(b"bad")
+            attempts: list[int] = []
+            half = lambda: 0.5  # noqa: E731 - the jitter source: a delay of 3/4 of each step
+            per_call = {"retry_delay": 0.1, "max_retry_delay": 0.1}
+            # 3/4 of 2, 4, 8, then of the cap 16; then 3/4 of the per-call 0.1.
+            rounds: list[tuple[float, dict[str, Any]]] = [
+                (1.5, {}),
+                (3, {}),
+                (6, {}),
+                (12, {}),
+                (12, {}),
+                (0.075, per_call),
+            ]
+            for delay, overrides in rounds:
+                assert [m.body for m in q.peek()] == [b"bad"]
+                handler = always_fails(attempts)
+                assert q.consume(handler, max_messages=1, jitter=half, **overrides) == 0
+                clock.advance(delay - 0.01)
+                assert q.peek() == [], f"retried sooner than {delay} s"
+                clock.advance(0.02)
+            assert attempts == [1, 2, 3, 4, 5, 6]
+
+    def test_a_failing_message_logs_its_traceback_once(
+        self, live: vsqs.Queue, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        live.send(b"bad")
+        attempts: list[int] = []
+        with caplog.at_level(logging.ERROR, logger="vsqs"):
+            done = live.consume(
+                always_fails(attempts), max_messages=3, retry_delay=0.01, max_retry_delay=0.02
+            )
+        assert done == 0 and attempts == [1, 2, 3]
+        failed = [r for r in caplog.records if "handler failed" in r.getMessage()]
+        assert [r.exc_info is not None for r in failed] == [True, False, False]
+        counts = [n for n in (1, 2, 3) if f"(receive {n})" in failed[n - 1].getMessage()]
+        assert counts == [1, 2, 3] and "RuntimeError" in failed[2].getMessage()
+
+    def test_idle_time_is_time_without_a_success(self, q: vsqs.Queue, clock: FakeClock) -> None:
+        """A success restarts the idle clock (the queue's); a failure does not."""
+        q.send_batch([b"good", b"bad"])
+        seen: list[bytes] = []
+
+        def handler(msg: vsqs.Message) -> None:
+            seen.append(msg.body)
+            clock.advance(10)
+            if msg.body == b"bad":
+                raise RuntimeError("bad")
+
+        assert q.consume(handler, idle_timeout=5, max_messages=4, retry_delay=0.01) == 1
+        assert seen == [b"good", b"bad"]
+
+    def test_a_queue_holding_only_a_failing_message_ends_an_idle_consume(
+        self, live: vsqs.Queue
+    ) -> None:
+        live.send(b"bad")
+        attempts: list[int] = []
+        # Each retry waits at least half of 0.01 s doubled per receive, so an
+        # eighth attempt would come after 0.635 s: past the idle timeout.
+        done = live.consume(
+            always_fails(attempts), idle_timeout=0.5, retry_delay=0.01, max_messages=50
+        )
+        assert done == 0 and 1 <= len(attempts) <= 7, attempts
+
+    @pytest.mark.parametrize("interruption", [KeyboardInterrupt, SystemExit])
+    def test_an_interrupted_consume_releases_the_message_in_hand_at_once(
+        self,
+        live: vsqs.Queue,
+        caplog: pytest.LogCaptureFixture,
+        interruption: type[BaseException],
+    ) -> None:
+        live.send_batch([b"done", b"interrupted"])
+
+        def handler(msg: vsqs.Message) -> None:
+            if msg.body == b"interrupted":
+                raise interruption()
+
+        with caplog.at_level(logging.WARNING, logger="vsqs"), pytest.raises(interruption):
+            live.consume(handler)
+        again = live.receive()  # long before the visibility timeout (30 s)
+        assert again is not None and (again.body, again.receive_count) == (b"interrupted", 2)
+        assert [r.getMessage() for r in caplog.records if "stopped by" in r.getMessage()] == [
+            f"{live.url}: consume stopped by {interruption.__name__}: handled 1 (1 succeeded), "
+            "released 1 in hand (visible again now)"
+        ]
 
     def test_consume_stops_on_event(self, live: vsqs.Queue) -> None:
         stop = threading.Event()
@@ -138,6 +242,27 @@ class WorkerTests:
             with pytest.raises(vsqs.InvalidArgument):
                 call()
         assert listing(store) == before
+
+    @pytest.mark.parametrize(
+        "retry",
+        [
+            {"retry_delay": 0},
+            {"retry_delay": 0.001},
+            {"retry_delay": "1"},
+            {"max_retry_delay": math.inf},
+            {"retry_delay": 5, "max_retry_delay": 2},
+        ],
+    )
+    def test_bad_retry_delays_are_refused(
+        self, q: vsqs.Queue, store: vsqs.Store, retry: dict[str, Any]
+    ) -> None:
+        q.send(b"x")
+        before = listing(store)
+        with pytest.raises(vsqs.InvalidArgument):
+            q.consume(lambda m: None, **retry)
+        assert listing(store) == before
+        with pytest.raises(vsqs.InvalidArgument):
+            vsqs.Queue(store.sibling("retry"), **retry)
 
     @pytest.mark.parametrize("count", [0, -1, True, 1.0, "3"])
     def test_bad_counts_are_refused(self, q: vsqs.Queue, count: object) -> None:

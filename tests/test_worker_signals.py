@@ -1,0 +1,120 @@
+"""A sync worker stopped by SIGINT or SIGTERM: real processes, real signals.
+
+Each child runs ``Queue.consume`` on a real directory whose visibility
+timeout is an hour; its handler says on stdout (a pipe) which message it
+holds and then blocks, and only then is the signal sent. A message visible
+again at once after the child exits can only have been released by it.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import vsqs
+
+#: Where the ``vsqs`` under test lives, for child interpreters.
+SOURCE = str(Path(vsqs.__file__).resolve().parents[1])
+
+#: A worker as a user writes it. The first two lines undo what a test
+#: runner may have left (SIGINT ignored in background jobs), as a terminal
+#: would; ``own-handler`` installs a SIGTERM handler of its own.
+WORKER = """
+import signal, sys, time, vsqs
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
+if sys.argv[2] == "own-handler":
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(7))
+
+def handle(message):
+    if message.body == b"slow":
+        print("holding", message.id, flush=True)
+        time.sleep(3600)  # until the signal
+
+vsqs.Queue(sys.argv[1], create=False).consume(handle)
+"""
+
+
+@pytest.mark.parametrize(
+    ("sent", "mode", "exit_status", "stopped_by"),
+    [
+        # Python ends on an uncaught KeyboardInterrupt by SIGINT itself: the
+        # shell's exit status 130.
+        (signal.SIGINT, "default", -signal.SIGINT, "KeyboardInterrupt"),
+        (signal.SIGTERM, "default", 143, "SIGTERM"),
+        (signal.SIGTERM, "own-handler", 7, "SystemExit"),  # the user's handler is kept
+    ],
+)
+def test_a_stopped_worker_releases_what_it_holds_and_says_so_once(
+    tmp_path: Path, sent: signal.Signals, mode: str, exit_status: int, stopped_by: str
+) -> None:
+    q = vsqs.Queue(tmp_path / "jobs", visibility_timeout=3600)
+    q.send_batch([b"quick", b"quick", b"slow"])
+    child = subprocess.Popen(
+        [sys.executable, "-c", WORKER, str(tmp_path / "jobs"), mode],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": SOURCE},
+    )
+    try:
+        assert child.stdout is not None
+        ready, _, _ = select.select([child.stdout], [], [], 120)
+        assert ready, "the worker never reached its handler"
+        held = child.stdout.readline().split()
+        assert held[:1] == ["holding"], held
+        child.send_signal(sent)
+        _, err = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == exit_status, err
+    assert [line for line in err.splitlines() if "consume stopped" in line] == [
+        f"{q.url}: consume stopped by {stopped_by}: handled 2 (2 succeeded), "
+        "released 1 in hand (visible again now)"
+    ], err
+    again = q.receive(wait=0)  # an hour before its visibility timeout
+    assert again is not None and (again.id, again.receive_count) == (held[1], 2)
+    assert q.stats().ready == 0
+
+
+def test_consume_turns_sigterm_into_an_exit_only_while_it_runs_and_only_if_default(
+    tmp_path: Path,
+) -> None:
+    """Installed in the main thread while SIGTERM has its default handler, and
+    restored after; a handler of the user's and other threads are left alone."""
+    q = vsqs.Queue(tmp_path / "jobs")
+
+    def during_consume() -> object:
+        seen: list[object] = []
+        q.send(b"x")
+        q.consume(lambda m: seen.append(signal.getsignal(signal.SIGTERM)), max_messages=1)
+        return seen[0]
+
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        installed = during_consume()
+        assert callable(installed), installed
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+        own: Callable[[int, object], None] = lambda signum, frame: None  # noqa: E731
+        signal.signal(signal.SIGTERM, own)
+        assert during_consume() is own and signal.getsignal(signal.SIGTERM) is own
+
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        in_thread: list[object] = []
+        worker = threading.Thread(target=lambda: in_thread.append(during_consume()))
+        worker.start()
+        worker.join()
+        assert in_thread == [signal.SIG_DFL]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
