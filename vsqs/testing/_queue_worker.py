@@ -49,22 +49,33 @@ class WorkerTests:
         assert (stats.ready, stats.in_flight) == (0, 0)
 
     def test_consume_heartbeat_keeps_a_slow_message_hidden(
-        self, live: vsqs.Queue, store: vsqs.Store
+        self, store: vsqs.Store, clock: FakeClock
     ) -> None:
-        live.send(b"slow")
-        stolen: list[vsqs.Message] = []
+        """The clock moves on by more than two visibility timeouts while the
+        handler runs, in steps shorter than one, each after the heartbeat's
+        next extension: no other client receives the message. (Without the
+        heartbeat there is no extension to wait for.)"""
+        vt = 0.3
+        place = store.sibling("heartbeat")
+        with vsqs.Queue(place, clock=clock) as q, vsqs.Queue(place, clock=clock) as other:
+            q.send(b"slow")
+            stolen: list[vsqs.Message] = []
 
-        def handler(msg: vsqs.Message) -> None:
-            with vsqs.Queue(store) as other:
-                deadline = time.monotonic() + 1.2  # four visibility timeouts
-                while time.monotonic() < deadline:
-                    got = other.receive(wait=0.1)
+            def handler(msg: vsqs.Message) -> None:
+                for _ in range(4):
+                    receipt = msg.receipt
+                    deadline = time.monotonic() + 60
+                    while msg.receipt == receipt:  # extended in place by the heartbeat
+                        assert time.monotonic() < deadline, "the heartbeat never extended it"
+                        time.sleep(0.01)
+                    clock.advance(0.6 * vt)
+                    got = other.receive()
                     if got is not None:
                         stolen.append(got)
 
-        assert live.consume(handler, visibility_timeout=0.3, max_messages=1) == 1
-        assert stolen == []
-        assert live.stats().in_flight == 0 and live.receive() is None
+            assert q.consume(handler, visibility_timeout=vt, max_messages=1) == 1
+            assert stolen == []
+            assert q.stats().in_flight == 0 and q.receive() is None
 
     def test_a_failing_message_is_retried_after_an_exponential_backoff(
         self, store: vsqs.Store, clock: FakeClock
