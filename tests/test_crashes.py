@@ -13,7 +13,10 @@ timeout and the leftover grace period) and the test checks:
 * nothing is duplicated within a queue: no two names of one id, and a
   message is received at most once per visibility period;
 * no partial message is ever visible and leftovers are collected;
-* a message deleted before the crash never comes back.
+* a message deleted before the crash never comes back;
+* a dead letter always carries its origin record (written before the
+  message is published), a message in its source never does, and ``gc()``
+  leaves no record whose message is gone.
 """
 
 from __future__ import annotations
@@ -132,6 +135,8 @@ class Expect:
     def __init__(self) -> None:
         self.survive: set[str] = set()
         self.gone: set[str] = set()
+        #: Ids that carry an origin record wherever they are in the dead-letter queue.
+        self.dead_lettered: set[str] = set()
 
     def uncertain(self, message_id: str) -> None:
         self.survive.discard(message_id)
@@ -199,6 +204,7 @@ def purge(healthy: vsqs.Queue, crashing: vsqs.Queue, expect: Expect) -> None:
 def dead_letter(healthy: vsqs.Queue, crashing: vsqs.Queue, expect: Expect) -> None:
     poison = healthy.send(BODY)
     expect.survive.add(poison)  # in the source or in the dead-letter queue
+    expect.dead_lettered.add(poison)
     crashing.receive(visibility_timeout=0)
     crashing.receive(visibility_timeout=0)  # the second receive moves it
 
@@ -208,6 +214,17 @@ def redrive(healthy: vsqs.Queue, crashing: vsqs.Queue, expect: Expect) -> None:
     with vsqs.Queue(dlq) as dead:
         expect.survive.update(dead.send_batch([BODY] * 2))
     # On the test's clock, so every run sends the same requests.
+    with vsqs.Queue(crashing.store.sibling("dlq"), clock=crashing.clock) as source:
+        vsqs.redrive(source, crashing)
+
+
+def redrive_dead_letters(healthy: vsqs.Queue, crashing: vsqs.Queue, expect: Expect) -> None:
+    """Dead letters with their origin records go back: the records go too."""
+    poisons = healthy.send_batch([BODY] * 2)
+    expect.survive.update(poisons)
+    expect.dead_lettered.update(poisons)
+    healthy.receive_batch(2, visibility_timeout=0)
+    assert healthy.receive_batch(2) == []  # both dead-lettered, with their records
     with vsqs.Queue(crashing.store.sibling("dlq"), clock=crashing.clock) as source:
         vsqs.redrive(source, crashing)
 
@@ -226,6 +243,7 @@ SCENARIOS: dict[str, Scenario] = {
         purge,
         dead_letter,
         redrive,
+        redrive_dead_letters,
     )
 }
 
@@ -252,6 +270,7 @@ def open_pair(
 def recover_and_check(store: vsqs.Store, clock: FakeClock, expect: Expect) -> None:
     clock.advance(3600 * 2)  # past every visibility timeout, delay and the leftover grace
     delivered: Counter[str] = Counter()
+    dead_lettered = {i[:SIBLING_PREFIX] for i in expect.dead_lettered}
     for queue_store in (store, store.sibling("dlq")):
         with vsqs.Queue(queue_store, clock=clock) as fresh:
             fresh.gc()
@@ -259,8 +278,17 @@ def recover_and_check(store: vsqs.Store, clock: FakeClock, expect: Expect) -> No
             assert all(len(n) == 1 for n in by_id.values()), f"two names of one message: {by_id}"
             leftovers = [n for n in queue_store.list() if n.endswith(names.NEW_SUFFIX)]
             assert not leftovers, "a .new leftover survived gc"
+            records = {i for n in queue_store.list() if (i := names.origin_id(n))}
+            assert records <= set(by_id), f"gc left origin records of messages gone: {records}"
+            in_dlq = queue_store is not store
             while (msg := fresh.receive(visibility_timeout=600)) is not None:
                 assert msg.body == BODY, "a partial message became visible"
+                origin = msg.dead_lettered  # read: the ack removes it with the message
+                if not in_dlq:
+                    assert origin is None, "an origin record followed a redrive"
+                elif msg.id[:SIBLING_PREFIX] in dead_lettered:
+                    assert origin is not None, f"dead letter {msg.id} lost its origin record"
+                    assert origin.source == store.url and origin.receive_count >= 1
                 delivered[msg.id] += 1
                 msg.delete()
     # A move whose create's outcome was unknown publishes under a sibling id

@@ -50,6 +50,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tracemalloc
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -60,6 +61,8 @@ from hypothesis import strategies as st
 
 import vsqs
 from vsqs import _names as names
+
+from .conftest import FakeClock
 
 SECRET = b"SECRET: never in a message body"
 TIB = 1 << 40
@@ -515,6 +518,46 @@ def test_a_non_file_named_like_a_message_arriving_while_a_receiver_watches_is_ig
         assert q.receive(wait=0.2) is None
         assert planted.is_symlink() or planted.exists(), "the planted entry was renamed or deleted"
     assert (outside / "secret").read_bytes() == b"SECRET"
+
+
+@pytest.mark.timeout(60)
+def test_a_huge_file_named_like_a_message_is_never_read_and_never_blocks_the_queue(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 1 TiB sparse file at the head of the queue: read whole, every receive
+    failed with ``MemoryError``. Now the receiver that claims it reads no more
+    of it than a small message, logs it once, leaves it held, and passes
+    over it from then on; messages behind it are received, peek skips it,
+    and it is never dead-lettered (a move would read it)."""
+    clock = FakeClock()
+    with vsqs.Queue(
+        tmp_path / "q", clock=clock, visibility_timeout=1, max_receives=1, dead_letter="dlq"
+    ) as q:
+        huge = tmp_path / "q" / names.IdGenerator().next_id(int(clock() * 1000) - 1)
+        with open(huge, "wb") as f:
+            f.truncate(TIB)
+        behind = q.send(b"behind")
+        tracemalloc.start()
+        try:
+            got = q.receive_batch(10)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert [m.id for m in got] == [behind]
+        assert peak < 1 << 20, f"{peak} bytes held to receive past a huge file"
+        warned = [r for r in caplog.records if "too large to receive" in r.getMessage()]
+        assert len(warned) == 1 and huge.name in warned[0].getMessage()
+        got[0].delete()
+        for _ in range(3):  # its claim expires: this receiver never claims it again
+            clock.advance(2)
+            assert q.receive() is None
+            assert q.peek() == []
+        assert len([r for r in caplog.records if "too large" in r.getMessage()]) == 4  # peeks
+        [left] = [n for n in os.listdir(tmp_path / "q") if n.startswith(huge.name)]
+        assert os.stat(tmp_path / "q" / left).st_size == TIB
+    with vsqs.Queue(tmp_path / "q", clock=clock) as other:
+        assert other.receive() is None  # another receiver passes over it too
+    assert not (tmp_path / "dlq").exists()
 
 
 @pytest.mark.timeout(30)

@@ -77,14 +77,19 @@ def test_a_message_received_too_often_goes_to_the_exhausted_callback(clock: Fake
     store = vsqs.MemoryStore()
     receiver, publisher = engine(store, clock)
     [sent] = publisher.send([b"poison"], 0)
-    exhausted: list[str] = []
+    exhausted: list[tuple[str, bytes]] = []
+
+    def take(held: str, body: bytes) -> None:
+        exhausted.append((held, body))
+
     for _ in range(2):
-        got = receiver.receive(1, 0, 0, max_receives=2, exhausted=exhausted.append)
+        got = receiver.receive(1, 0, 0, max_receives=2, exhausted=take)
         assert [c.id for c in got] == [sent]
-    assert receiver.receive(1, 0, 0, max_receives=2, exhausted=exhausted.append) == []
-    [held] = exhausted
+    assert receiver.receive(1, 0, 0, max_receives=2, exhausted=take) == []
+    [(held, body)] = exhausted
     parsed = names.parse(held)
     assert parsed is not None and (parsed.id, parsed.receive_count) == (sent, 3)
+    assert body == b"poison"
 
 
 def test_moved_and_deleted_names_leave_the_view(clock: FakeClock) -> None:

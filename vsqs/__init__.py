@@ -16,6 +16,7 @@ from ._errors import (
     InvalidBody,
     InvalidQueueName,
     InvalidReceipt,
+    MessageTooLarge,
     NotAQueue,
     QueueConfigError,
     QueueNotFound,
@@ -25,7 +26,7 @@ from ._errors import (
     UnsupportedStore,
     VsqsError,
 )
-from ._message import DeleteResult, Message, QueueStats
+from ._message import DeadLettered, DeleteResult, Message, QueueStats
 from ._names import FORMAT_VERSION
 from ._queue import Queue
 from ._registry import list_queues
@@ -37,6 +38,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "FORMAT_VERSION",
+    "DeadLettered",
     "DeleteResult",
     "InvalidArgument",
     "InvalidBody",
@@ -45,6 +47,7 @@ __all__ = [
     "LocalStore",
     "MemoryStore",
     "Message",
+    "MessageTooLarge",
     "NotAQueue",
     "Queue",
     "QueueConfigError",

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, TypeVar
 
 from ._errors import InvalidArgument, QueueConfigError
 from ._names import FORMAT_VERSION
+
+N = TypeVar("N", int, float)
 
 DEFAULT_VISIBILITY_TIMEOUT = 30.0
 #: A failed ``consume`` handler's message is retried after ``retry_delay``,
@@ -19,6 +22,10 @@ DEFAULT_MAX_RETRY_DELAY = 300.0
 #: The smallest ``retry_delay``: a failing message is never retried sooner
 #: than half of it, so it cannot spin.
 MIN_RETRY_DELAY = 0.01
+#: The largest body a queue takes unless its config says otherwise (bytes):
+#: 256 MiB, room for the 100 MB bodies of docs/performance.md, and a bound on
+#: what one receive may hold in memory.
+DEFAULT_MAX_MESSAGE_SIZE = 256 * 1024 * 1024
 #: Longest visibility timeout or delay accepted: one year.
 MAX_SECONDS = 365 * 24 * 3600.0
 
@@ -40,6 +47,8 @@ ENV_VISIBILITY_TIMEOUT = "VSQS_VISIBILITY_TIMEOUT"
 #: The retry delays written into the config of queues this process creates.
 ENV_RETRY_DELAY = "VSQS_RETRY_DELAY"
 ENV_MAX_RETRY_DELAY = "VSQS_MAX_RETRY_DELAY"
+#: The maximum message size (bytes) written into the config of queues this process creates.
+ENV_MAX_MESSAGE_SIZE = "VSQS_MAX_MESSAGE_SIZE"
 #: ``0``/``false`` makes ``durable=False`` the default (no fsync per send).
 ENV_DURABLE = "VSQS_DURABLE"
 #: Seconds after which a ``.new`` leftover counts as a crashed writer's.
@@ -51,16 +60,28 @@ ENV_MAX_POLL_INTERVAL = "VSQS_MAX_POLL_INTERVAL"
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
-def env_seconds(var: str, default: float) -> float:
-    """The duration in environment variable ``var``, or ``default`` if unset or empty."""
+def _env_number(var: str, parse: Callable[[str], N], what: str) -> N | None:
+    """Environment variable ``var`` read by ``parse``; ``None`` if unset or empty."""
     raw = os.environ.get(var, "").strip()
     if not raw:
-        return default
+        return None
     try:
-        value = float(raw)
+        return parse(raw)
     except ValueError:
-        raise InvalidArgument(f"{var}={raw!r:.40} is not a number of seconds") from None
-    return seconds(value, var)
+        raise InvalidArgument(f"{var}={raw!r:.40} is not {what}") from None
+
+
+def env_seconds(var: str, default: float) -> float:
+    """The duration in environment variable ``var``, or ``default`` if unset or empty."""
+    value = _env_number(var, float, "a number of seconds")
+    return default if value is None else seconds(value, var)
+
+
+def env_size(var: str, default: int) -> int:
+    """The number of bytes (at least 1) in environment variable ``var``, or
+    ``default`` if unset or empty."""
+    value = _env_number(var, int, "a whole number of bytes")
+    return default if value is None else positive_int(value, var)
 
 
 def env_flag(var: str, default: bool) -> bool:
@@ -106,6 +127,8 @@ class QueueConfig:
 
     ``dead_letter`` is a queue name next to this queue, or a URL/path.
     ``retry_delay`` and ``max_retry_delay`` pace the retries of ``consume``.
+    ``max_message_size``: the largest body (bytes) sends take and receivers
+    read; a config written before it existed has the default.
     """
 
     visibility_timeout: float = DEFAULT_VISIBILITY_TIMEOUT
@@ -113,10 +136,12 @@ class QueueConfig:
     dead_letter: str | None = None
     retry_delay: float = DEFAULT_RETRY_DELAY
     max_retry_delay: float = DEFAULT_MAX_RETRY_DELAY
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
 
     def __post_init__(self) -> None:
         seconds(self.visibility_timeout, "visibility_timeout")
         retry_delays(self.retry_delay, self.max_retry_delay)
+        positive_int(self.max_message_size, "max_message_size")
         if self.max_receives is not None:
             positive_int(self.max_receives, "max_receives")
         if self.dead_letter is not None and not isinstance(self.dead_letter, str):

@@ -1,9 +1,12 @@
-"""Dead letters: moving a message received too often into another queue, and
-:func:`redrive`, which moves them back.
+"""Dead letters: moving a message received too often into another queue, with
+a record of where it came from, and :func:`redrive`, which moves them back.
 
 A move publishes the message in the target queue first and removes it at its
 source second, so a crash between the two leaves a copy in both (at least
-once), never in neither.
+once), never in neither. A dead-lettering writes the message's origin record
+(``<id>.origin``, docs/format.md) before it publishes the message, so a
+dead letter never lacks one; a record whose message is gone is removed by
+``gc()``, by ``purge()`` and by a redrive of its message.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import logging
 import os
 from collections.abc import Callable
 from contextlib import ExitStack, suppress
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from . import _names as names
@@ -24,7 +28,7 @@ from ._errors import (
     storage_errors,
 )
 from ._inspect import message_count
-from ._message import Progress
+from ._message import DeadLettered, Message, Progress, hold, read_origin
 from ._publish import publish
 from ._store import Store
 
@@ -39,11 +43,33 @@ MOVE_HOLD = 300.0
 MOVE_ATTEMPTS = 3
 
 
-def move_in(store: Store, durable: bool, moved: names.Name, body: bytes) -> bool:
+def write_origin(store: Store, message_id: str, record: bytes) -> None:
+    """Write the origin record of ``message_id`` in ``store``, replacing one an
+    earlier move of it left (a crash, or a copy that was acknowledged here).
+
+    Not fsynced: after a power cut a dead letter may have lost its record,
+    never the reverse order. Where two movers race, either record stands.
+    """
+    name = names.origin_name(message_id)
+    try:
+        store.write_new(name, record, fsync=False)
+    except FileExistsError:
+        with suppress(FileNotFoundError):
+            store.delete(name, known=True)
+        with suppress(FileExistsError):  # another mover's, written meanwhile
+            store.write_new(name, record, fsync=False)
+
+
+def move_in(
+    store: Store, durable: bool, moved: names.Name, body: bytes, origin: bytes | None = None
+) -> bool:
     """Publish in ``store`` a message moved from another queue (where its name
     was ``moved``): visible, receive count 0. Under its id, or where names must
     not recur (:attr:`Store.unique_names`), under the next version: a name it
     never had. Returns whether it published.
+
+    ``origin``: the record to write (:func:`write_origin`) before the message
+    is published under an id, so that no copy is ever without one.
 
     An earlier move of it may have published it here already and been cut
     short before it removed the message at its source: if it is here and
@@ -68,13 +94,18 @@ def move_in(store: Store, durable: bool, moved: names.Name, body: bytes) -> bool
                     return False
                 received_here = True
         if not store.unique_names:
+            if origin is not None:
+                write_origin(store, moved.id, origin)
             return publish(store, durable, moved.id, body, moved.id, replace_new=True)
         message_id = names.sibling_id(moved.id) if received_here else moved.id
         for _ in range(MOVE_ATTEMPTS):
             # Visible since it was sent, whatever the clock; a name that is
             # burned (a create of unknown outcome, which may land later: at
-            # least once) is not used again, nor is its id.
+            # least once) is not used again, nor is its id (its record stays
+            # until gc() finds it without a message).
             final = names.invisible_name(message_id, names.id_ms(moved.id), 0, moved.version + 1)
+            if origin is not None:
+                write_origin(store, message_id, origin)
             if publish(store, durable, message_id, body, final, replace_new=False):
                 return True
             message_id = names.sibling_id(moved.id)
@@ -131,19 +162,20 @@ class DeadLetters:
         with storage_errors(f"listing {dlq.url}"):
             return message_count(dlq.store)
 
-    def take(self, held: str) -> None:
-        """Move a message this client holds (as ``held``) to the dead-letter
-        queue, keeping its id. If this raises, the message stays held at its
-        source, and comes back there when its visibility timeout runs out."""
+    def take(self, held: str, body: bytes) -> None:
+        """Move a message this client holds (as ``held``, with ``body``) to the
+        dead-letter queue, keeping its id, with its origin record: this queue,
+        the times it was received here, and now. If this raises, the message
+        stays held at its source, and comes back there when its visibility
+        timeout runs out."""
         parsed = names.parse(held)
         assert parsed is not None
-        try:
-            body = self._source.read(held)
-        except FileNotFoundError:
-            return
         dlq = self.queue()
         assert dlq is not None
-        move_in(dlq.store, dlq.durable, parsed, body)
+        at = datetime.fromtimestamp(int(dlq.clock() * 1000) / 1000, UTC)
+        # The claim that found it exhausted counted one receive nobody got.
+        origin = DeadLettered(self._source.url, parsed.receive_count - 1, at)
+        move_in(dlq.store, dlq.durable, parsed, body, origin.to_json())
         with suppress(FileNotFoundError):
             self._source.delete(held, known=True)
         log.info("%s: message %s dead-lettered to %s", self._source.url, parsed.id, dlq.url)
@@ -151,6 +183,84 @@ class DeadLetters:
     def close(self) -> None:
         if self._queue is not None:
             self._queue.close()
+
+
+def collect_origins(store: Store, now_ms: int, grace_ms: int) -> list[str]:
+    """Remove the origin records whose message is gone; return their names.
+
+    A record is written before its message is published, so one without a
+    message may belong to a dead-lettering under way: it is removed only
+    once it is older than ``grace_ms`` (by the time it records; an unreadable
+    one at once). A message must be missing from two listings, which show
+    messages being moved under the name they leave: a directory listing may
+    miss a name renamed while it runs.
+    """
+    candidates = _orphan_origins(store)
+    if candidates:
+        candidates &= _orphan_origins(store)
+    removed: list[str] = []
+    for name in sorted(candidates):
+        record = read_origin(store, name[: names.ID_LEN])
+        if record is not None and now_ms - record.at.timestamp() * 1000 < grace_ms:
+            continue
+        with suppress(FileNotFoundError):
+            store.delete(name, known=True)
+            removed.append(name)
+    if removed:
+        log.info("%s: removed %d origin records of messages gone", store.url, len(removed))
+    return removed
+
+
+def _orphan_origins(store: Store) -> set[str]:
+    """The origin records of one listing whose id has no name there."""
+    ids: set[str] = set()
+    records: dict[str, str] = {}
+    for name in store.list(settle=True):
+        parsed = names.parse(name)
+        if parsed is not None:
+            ids.add(parsed.id)
+        elif (record_of := names.origin_id(name)) is not None:
+            records[record_of] = name
+    return {name for record_of, name in records.items() if record_of not in ids}
+
+
+def _same_location(a: str, b: str) -> bool:
+    """Whether two store URLs name one queue (local paths: after symlinks)."""
+    if a == b:
+        return True
+    return "://" not in a and "://" not in b and os.path.realpath(a) == os.path.realpath(b)
+
+
+def _check_redrive(dlq: Queue, target: Queue, force: bool) -> None:
+    """Refuse a redrive into itself, and one whose source does not name
+    ``dlq`` as its dead-letter queue unless ``force``."""
+    if dlq.url == target.url:
+        raise InvalidArgument(f"cannot redrive {dlq.url} into itself")
+    named = target.dead_letter_url
+    if force or (named is not None and _same_location(named, dlq.url)):
+        return
+    has = "has no dead-letter queue" if named is None else f"dead-letters to {named}"
+    raise InvalidArgument(
+        f"refusing to redrive {dlq.url} into {target.url}: {target.url} {has}, not "
+        f"{dlq.url} (arguments swapped?); force=True redrives anyway"
+    )
+
+
+def _move_back(message: Message, dlq: Queue, target: Queue) -> bool:
+    """Move a message received from ``dlq`` into ``target``, then remove it
+    and its origin record from ``dlq``; whether it was still held there."""
+    held = names.parse(message.receipt or "")
+    assert held is not None
+    move_in(target.store, target.durable, held, message.body)
+    try:
+        dlq.delete(message)
+    except ReceiptExpired:
+        return False
+    if not hold(message).origin:  # else the ack removed it: its receiver listed it
+        where = f"removing the origin of {held.id} in {dlq.url}"
+        with storage_errors(where), suppress(FileNotFoundError):
+            dlq.store.delete(names.origin_name(held.id), known=True)
+    return True
 
 
 def redrive(
@@ -161,18 +271,24 @@ def redrive(
     max_messages: int | None = None,
     progress: Progress | None = None,
     unsafe_claims: bool = False,
+    force: bool = False,
 ) -> int:
     """Move visible messages from a dead-letter queue back to ``source``; return how many.
 
     ``dead_letter`` and ``source`` are locations (opened here with
     ``storage_options`` and ``unsafe_claims``, and closed again) or open
     :class:`Queue` objects (left open). Each message keeps its id (so its FIFO
-    position) and starts with a receive count of 0. Safe to run concurrently
-    with consumers of either queue and with another redrive: every message is
-    first received from the dead-letter queue, so only one mover handles it.
+    position) and starts with a receive count of 0; its origin record goes.
+    Safe to run concurrently with consumers of either queue and with another
+    redrive: every message is first received from the dead-letter queue, so
+    only one mover handles it.
 
     A dead-letter queue that was never created holds nothing: 0. A redrive of
-    a queue into itself (which would never end) raises ``InvalidArgument``.
+    a queue into itself (which would never end) raises ``InvalidArgument``,
+    and so, unless ``force``, does one into a queue whose config does not name
+    ``dead_letter`` as its dead-letter queue (a queue name there is the
+    sibling queue of that name; paths and URLs compare as the locations they
+    resolve to).
     """
     from ._queue import Queue
 
@@ -196,8 +312,7 @@ def redrive(
         except QueueNotFound:
             return 0  # never created, so nothing was dead-lettered (as stats() counts it)
         target = queue(source)
-        if dlq.url == target.url:
-            raise InvalidArgument(f"cannot redrive {dlq.url} into itself")
+        _check_redrive(dlq, target, force)
         while max_messages is None or moved < max_messages:
             batch = dlq.receive_batch(
                 100 if max_messages is None else min(100, max_messages - moved),
@@ -206,15 +321,9 @@ def redrive(
             if not batch:
                 break
             for message in batch:
-                held = names.parse(message.receipt or "")
-                assert held is not None
-                move_in(target.store, target.durable, held, message.body)
-                try:
-                    dlq.delete(message)
-                except ReceiptExpired:
-                    continue
-                moved += 1
-                if progress is not None:
-                    progress(moved, max_messages)
+                if _move_back(message, dlq, target):
+                    moved += 1
+                    if progress is not None:
+                        progress(moved, max_messages)
     log.info("redrove %d messages from %s to %s", moved, dlq.url, target.url)
     return moved

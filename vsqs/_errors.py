@@ -14,6 +14,7 @@ __all__ = [
     "VsqsError",
     "InvalidArgument",
     "InvalidBody",
+    "MessageTooLarge",
     "InvalidQueueName",
     "InvalidReceipt",
     "ReceiptExpired",
@@ -41,6 +42,11 @@ class InvalidArgument(VsqsError, ValueError):
 class InvalidBody(InvalidArgument, TypeError):
     """A message body that is not ``bytes``, ``bytearray``, ``memoryview`` or a
     ``str`` that encodes to UTF-8 (a lone surrogate does not)."""
+
+
+class MessageTooLarge(InvalidArgument):
+    """A body larger than the queue's ``max_message_size``: refused before
+    anything is written."""
 
 
 class InvalidQueueName(InvalidArgument):

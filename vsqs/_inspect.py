@@ -1,6 +1,7 @@
 """Reading a queue without receiving from it: one listing classifier for
-``peek``, ``stats``, ``purge``, ``gc`` and the Spark planners, and the one
-rule for when a ``.new`` is a crashed writer's leftover."""
+``peek``, ``stats``, ``purge``, ``gc`` and the Spark planners (origin records
+of dead letters included), and the one rule for when a ``.new`` is a crashed
+writer's leftover."""
 
 from __future__ import annotations
 
@@ -64,6 +65,20 @@ def entries(store: Store, now_ms: int, *, settle: bool = False) -> Iterator[Entr
         entry = classify(name, now_ms)
         if entry is not None:
             yield entry
+
+
+def scan(store: Store, now_ms: int) -> tuple[list[Entry], set[str]]:
+    """The format's names of one listing, classified, and the ids that have an
+    origin record (``<id>.origin``) in it."""
+    found: list[Entry] = []
+    origins: set[str] = set()
+    for name in store.list():
+        entry = classify(name, now_ms)
+        if entry is not None:
+            found.append(entry)
+        elif (message_id := names.origin_id(name)) is not None:
+            origins.add(message_id)
+    return found, origins
 
 
 def stale_new(store: Store, now_ms: int, grace_ms: int) -> list[str]:

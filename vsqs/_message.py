@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -9,7 +10,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from . import _names as names
-from ._errors import InvalidBody, StorageError
+from ._errors import InvalidBody, StorageError, storage_errors
+from ._store import Store, TooLarge
 
 if TYPE_CHECKING:
     from ._queue import Queue
@@ -34,21 +36,77 @@ def as_bytes(body: object) -> bytes:
     raise InvalidBody(f"a message body is bytes or str, not {type(body).__name__}")
 
 
+#: An origin record is a few hundred bytes; a larger object under its name is no record of ours.
+ORIGIN_MAX = 64 * 1024
+
+
+@dataclass(frozen=True)
+class DeadLettered:
+    """Where a message of a dead-letter queue came from (``Message.dead_lettered``)."""
+
+    #: The queue it was dead-lettered from (its URL or path).
+    source: str
+    #: How many times it had been received there.
+    receive_count: int
+    #: When it was dead-lettered (UTC, ms precision, the dead-lettering client's clock).
+    at: datetime
+
+    def to_json(self) -> bytes:
+        doc = {
+            "source": self.source,
+            "receive_count": self.receive_count,
+            "at_ms": round(self.at.timestamp() * 1000),
+        }
+        return json.dumps(doc, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> DeadLettered | None:
+        """The record in ``data``; ``None`` if it is not one (torn, or foreign)."""
+        try:
+            doc = json.loads(data)
+            source, count, at_ms = doc["source"], doc["receive_count"], doc["at_ms"]
+        except (ValueError, TypeError, KeyError):
+            return None
+        if not (isinstance(source, str) and type(count) is int and type(at_ms) is int):
+            return None
+        if not 0 <= at_ms <= names.MAX_EXPIRY_MS:
+            return None
+        return cls(source, count, datetime.fromtimestamp(at_ms / 1000, UTC))
+
+
+def read_origin(store: Store, message_id: str) -> DeadLettered | None:
+    """The origin record of ``message_id`` in ``store`` (one read); ``None`` if it has none."""
+    with storage_errors(f"reading the origin of {message_id} in {store.url}"):
+        try:
+            return DeadLettered.from_json(
+                store.read_limited(names.origin_name(message_id), ORIGIN_MAX)
+            )
+        except (FileNotFoundError, TooLarge):  # none, or not a record of ours
+            return None
+
+
+#: ``Message.dead_lettered`` before its origin record was looked up.
+_UNREAD = object()
+
+
 class Hold:
     """This client's bookkeeping of a message it handed out.
 
     ``issued`` is the receipt vsqs gave (known valid, so it need not be checked
     again); ``lock`` serialises the holder's own changes of the receipt;
-    ``done`` is set once it was deleted or released.
+    ``done`` is set once it was deleted or released; ``origin``: it has an
+    origin record, as a listing showed or a read found (an ack removes it
+    with the message).
     """
 
-    __slots__ = ("done", "issued", "lock", "queue")
+    __slots__ = ("done", "issued", "lock", "origin", "queue")
 
     def __init__(self, queue: Queue, issued: str | None) -> None:
         self.queue = queue
         self.issued = issued
         self.lock = threading.Lock()
         self.done = False
+        self.origin = False
 
 
 class Message:
@@ -58,16 +116,43 @@ class Message:
     changes on :meth:`extend`. Peeked messages have no receipt.
     """
 
-    __slots__ = ("_hold", "body", "id", "receipt", "receive_count")
+    __slots__ = ("_dead_lettered", "_hold", "body", "id", "receipt", "receive_count")
 
     def __init__(
-        self, queue: Queue, message_id: str, body: bytes, receipt: str | None, receive_count: int
+        self,
+        queue: Queue,
+        message_id: str,
+        body: bytes,
+        receipt: str | None,
+        receive_count: int,
+        *,
+        dead_lettered: object = _UNREAD,
+        origin_listed: bool = False,
     ) -> None:
         self.id = message_id
         self.body = body
         self.receipt = receipt
         self.receive_count = receive_count
         self._hold = Hold(queue, receipt)
+        self._hold.origin = origin_listed
+        self._dead_lettered = dead_lettered
+
+    @property
+    def dead_lettered(self) -> DeadLettered | None:
+        """Where it came from, if it was dead-lettered into this queue: its
+        source queue, its receive count there and when; ``None`` otherwise.
+
+        :meth:`Queue.peek` fills it in from its listing; for a received
+        message the origin record is read at the first access (one read,
+        while the message is in the queue). Acknowledging a message whose
+        record was read, or listed by its receiver, removes the record too
+        (else ``gc()`` does, once the message is gone).
+        """
+        if self._dead_lettered is _UNREAD:
+            self._dead_lettered = read_origin(self._hold.queue.store, self.id)
+            self._hold.origin |= self._dead_lettered is not None
+        assert self._dead_lettered is None or isinstance(self._dead_lettered, DeadLettered)
+        return self._dead_lettered
 
     @property
     def sent_at(self) -> datetime:

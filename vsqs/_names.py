@@ -7,6 +7,7 @@ A message is one object whose name is its state (see ``docs/format.md``)::
                                       <count> times (0: a delayed send); visible
                                       again once expired
     <id>.new                          being written by a producer; invisible
+    <id>.origin                       where a dead-lettered <id> came from (not a message)
 
     <id> = <ms:13 digits>-<seq:4 hex>-<nonce:16 hex>
 
@@ -35,6 +36,9 @@ from ._errors import InvalidArgument, InvalidQueueName, InvalidReceipt
 FORMAT_VERSION = 2
 CONFIG_NAME = "vsqs.json"
 NEW_SUFFIX = ".new"
+#: Suffix of a dead letter's origin record ``<id>.origin`` (docs/format.md,
+#: "Dead letters"): a name format-2 readers without it take for foreign.
+ORIGIN_SUFFIX = ".origin"
 
 ID_LEN = 35  # 13 + 1 + 4 + 1 + 16
 NONCE_LEN = 16
@@ -111,6 +115,19 @@ def parse_receipt(receipt: object) -> Name:
 
 def new_name(message_id: str) -> str:
     return message_id + NEW_SUFFIX
+
+
+def origin_name(message_id: str) -> str:
+    """The name of the origin record of a dead letter ``message_id``."""
+    return message_id + ORIGIN_SUFFIX
+
+
+def origin_id(name: str) -> str | None:
+    """The message id whose origin record ``name`` is, ``None`` for any other name."""
+    if len(name) == ID_LEN + len(ORIGIN_SUFFIX) and name.endswith(ORIGIN_SUFFIX):
+        message_id = name[:ID_LEN]
+        return message_id if is_id(message_id) else None
+    return None
 
 
 def invisible_name(message_id: str, expiry_ms: int, count: int, version: int) -> str:

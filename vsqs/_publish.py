@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from contextlib import suppress
 
 from . import _names as names
-from ._errors import StorageError, storage_errors
+from ._errors import MessageTooLarge, StorageError, storage_errors
 from ._store import Store
 
 #: Fresh ids a send tries before it gives up.
@@ -19,6 +19,18 @@ SEND_ATTEMPTS = 8
 #: Sends of one batch that share one batch marker on object stores
 #: (:meth:`ObjectStore.write_batch`).
 SEND_CHUNK = 256
+
+
+def check_sizes(datas: list[bytes], limit: int) -> None:
+    """Refuse (:class:`MessageTooLarge`) bodies of more than ``limit`` bytes,
+    before any of them is written."""
+    for i, data in enumerate(datas):
+        if len(data) > limit:
+            which = f"message {i} of the batch" if len(datas) > 1 else "the message"
+            raise MessageTooLarge(
+                f"{which} is {len(data):,} bytes; this queue takes at most {limit:,} "
+                "(its max_message_size)"
+            )
 
 
 def publish(

@@ -22,10 +22,12 @@ from . import _inspect as inspect
 from . import _names as names
 from . import _worker as worker
 from ._config import (
+    DEFAULT_MAX_MESSAGE_SIZE,
     DEFAULT_MAX_RETRY_DELAY,
     DEFAULT_RETRY_DELAY,
     DEFAULT_VISIBILITY_TIMEOUT,
     ENV_DURABLE,
+    ENV_MAX_MESSAGE_SIZE,
     ENV_MAX_POLL_INTERVAL,
     ENV_MAX_RETRY_DELAY,
     ENV_RETRY_DELAY,
@@ -33,11 +35,12 @@ from ._config import (
     QueueConfig,
     env_flag,
     env_seconds,
+    env_size,
     positive_int,
     retry_seconds,
     seconds,
 )
-from ._dead_letter import DeadLetters, check_target
+from ._dead_letter import DeadLetters, check_target, collect_origins
 from ._errors import (
     InvalidArgument,
     QueueNotFound,
@@ -47,11 +50,20 @@ from ._errors import (
     storage_errors,
 )
 from ._fanout import fan_out
-from ._message import Body, DeleteResult, Message, Progress, QueueStats, as_bytes, hold
-from ._publish import Publisher, publish
+from ._message import (
+    Body,
+    DeleteResult,
+    Message,
+    Progress,
+    QueueStats,
+    as_bytes,
+    hold,
+    read_origin,
+)
+from ._publish import Publisher, check_sizes, publish
 from ._receiver import DEFAULT_MAX_POLL_INTERVAL, Receiver
 from ._registry import open_store
-from ._store import Store
+from ._store import Store, TooLarge
 
 log = logging.getLogger("vsqs")
 
@@ -71,15 +83,20 @@ class Queue:
 
     A ``Queue`` is thread-safe and may be shared by threads of one process.
 
-    ``visibility_timeout``, ``max_receives``, ``dead_letter``, ``retry_delay``
-    and ``max_retry_delay`` are the queue's defaults, written into its config
-    when this call creates it and checked against it otherwise. Defaults left
-    out come, in this order, from the queue's config, the
-    ``VSQS_VISIBILITY_TIMEOUT``, ``VSQS_RETRY_DELAY``, ``VSQS_MAX_RETRY_DELAY``
-    (these three at creation), ``VSQS_DURABLE``, ``VSQS_NEW_GRACE`` and
+    ``visibility_timeout``, ``max_receives``, ``dead_letter``, ``retry_delay``,
+    ``max_retry_delay`` and ``max_message_size`` are the queue's defaults,
+    written into its config when this call creates it and checked against it
+    otherwise. Defaults left out come, in this order, from the queue's config,
+    the ``VSQS_VISIBILITY_TIMEOUT``, ``VSQS_RETRY_DELAY``,
+    ``VSQS_MAX_RETRY_DELAY``, ``VSQS_MAX_MESSAGE_SIZE`` (these four at
+    creation), ``VSQS_DURABLE``, ``VSQS_NEW_GRACE`` and
     ``VSQS_MAX_POLL_INTERVAL`` environment variables, and the built-in values
-    (30 s, 1 s, 300 s, durable, one hour, 2 s). No file is read but the
-    queue's own.
+    (30 s, 1 s, 300 s, 256 MiB, durable, one hour, 2 s). No file is read but
+    the queue's own.
+
+    ``max_message_size`` (bytes): sends of a larger body raise
+    :class:`MessageTooLarge` before anything is written; a larger message
+    found in the queue is never read (docs/format.md, "Maximum size").
 
     ``max_poll_interval``: on object stores, where every look is a LIST
     request, a receiver that has received nothing for 10 s lists at most
@@ -103,6 +120,7 @@ class Queue:
         new_grace: float | None = None,
         unsafe_claims: bool = False,
         max_poll_interval: float | None = None,
+        max_message_size: int | None = None,
     ) -> None:
         self._store = open_store(url, storage_options)
         self._owns_store = self._store is not url  # a Store passed in stays the caller's
@@ -138,6 +156,9 @@ class Queue:
             "max_retry_delay": None
             if max_retry_delay is None
             else retry_seconds(max_retry_delay, "max_retry_delay"),
+            "max_message_size": None
+            if max_message_size is None
+            else positive_int(max_message_size, "max_message_size"),
         }
         try:
             check_target(dead_letter)  # before anything is created with it
@@ -169,6 +190,7 @@ class Queue:
                         env_seconds(ENV_MAX_RETRY_DELAY, DEFAULT_MAX_RETRY_DELAY),
                         ENV_MAX_RETRY_DELAY,
                     ),
+                    "max_message_size": env_size(ENV_MAX_MESSAGE_SIZE, DEFAULT_MAX_MESSAGE_SIZE),
                 }
                 config = QueueConfig(
                     **defaults | {k: v for k, v in requested.items() if v is not None}
@@ -203,12 +225,20 @@ class Queue:
             )
         log.warning("%s: claims are not exclusive here (unsafe_claims=True)", self.url)
 
-    def _open_dead_letter(self, create: bool) -> Queue:
+    def _dead_letter_location(self) -> Store | str | None:
+        """Where the config's ``dead_letter`` is: the sibling queue a name
+        stands for, or the path or URL itself."""
         target = self.config.dead_letter
-        assert target is not None
-        nearby = "/" not in target and "://" not in target
+        if target is None or "/" in target or "://" in target:
+            return target
+        return self._store.sibling(target)
+
+    def _open_dead_letter(self, create: bool) -> Queue:
+        location = self._dead_letter_location()
+        assert location is not None
+        nearby = isinstance(location, Store)
         return Queue(
-            self._store.sibling(target) if nearby else target,
+            location,
             storage_options=None if nearby else self._storage_options,
             create=create,
             durable=self.durable,
@@ -226,6 +256,17 @@ class Queue:
     def store(self) -> Store:
         """The :class:`Store` this queue runs on."""
         return self._store
+
+    @property
+    def dead_letter_url(self) -> str | None:
+        """The location of this queue's dead-letter queue (as its ``url`` would
+        read), ``None`` without one. Nothing is opened or created."""
+        location = self._dead_letter_location()
+        if location is None:
+            return None
+        return open_store(
+            location, None if isinstance(location, Store) else self._storage_options
+        ).url
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -270,7 +311,9 @@ class Queue:
         never before it is complete. With ``durable=True`` (the default) it
         survives a power cut on a durable store.
         """
-        return self._publisher.send([as_bytes(body)], int(seconds(delay, "delay") * 1000))[0]
+        data = [as_bytes(body)]
+        check_sizes(data, self.config.max_message_size)
+        return self._publisher.send(data, int(seconds(delay, "delay") * 1000))[0]
 
     def send_batch(self, bodies: Iterable[Body], *, delay: float = 0) -> list[str]:
         """Send several messages; return their ids in order.
@@ -282,6 +325,7 @@ class Queue:
         this raises, some of the batch may have been sent.
         """
         datas = [as_bytes(body) for body in bodies]
+        check_sizes(datas, self.config.max_message_size)
         return self._publisher.send_batch(datas, int(seconds(delay, "delay") * 1000))
 
     # -------------------------------------------------------------- receive
@@ -320,8 +364,12 @@ class Queue:
             stop=stop,
             max_receives=self.config.max_receives,
             exhausted=self._dead_letters.take,
+            max_size=self.config.max_message_size,
         )
-        return [Message(self, c.id, c.body, c.name, c.receive_count) for c in claims]
+        return [
+            Message(self, c.id, c.body, c.name, c.receive_count, origin_listed=c.origin)
+            for c in claims
+        ]
 
     # ----------------------------------------------------------- by receipt
     def _check_own(self, message: Message) -> None:
@@ -418,6 +466,9 @@ class Queue:
             assert current is not None
             self._delete(current, known=issued)
             held.done = True
+            if held.origin:  # a dead letter with its origin record: it goes with it
+                with storage_errors(f"deleting from {self.url}"), suppress(FileNotFoundError):
+                    self._store.delete(names.origin_name(message.id), known=True)
 
     def _delete(self, receipt: str, *, known: bool) -> None:
         with storage_errors(lambda: f"deleting from {self.url}"):
@@ -442,7 +493,7 @@ class Queue:
             receipt = names.receipt_name(parsed)
             with storage_errors(f"reading from {self.url}"):
                 try:
-                    body = self._store.read(receipt)
+                    body = self._store.read_limited(receipt, self.config.max_message_size)
                 except FileNotFoundError:
                     raise ReceiptExpired(f"cannot extend: {receipt} is no longer current") from None
             new = self._move_held(parsed, self._clock.expiry_ms(vt_ms), "extend")
@@ -472,23 +523,31 @@ class Queue:
     def peek(self, max_messages: int = 10) -> list[Message]:
         """Up to ``max_messages`` visible messages, oldest first, without receiving them.
 
-        Changes nothing; the returned messages have no receipt.
+        Changes nothing; the returned messages have no receipt, and carry
+        their origin record (``dead_lettered``) if their listing showed one.
+        A message larger than ``max_message_size`` is passed over with a warning.
         """
         positive_int(max_messages, "max_messages")
         now = self._clock.now_ms()
         out: list[Message] = []
+        store, limit = self._store, self.config.max_message_size
         with storage_errors(f"peeking into {self.url}"):
-            ready = sorted(
-                (e.name, e.parsed)
-                for e in inspect.entries(self._store, now)
-                if e.state == names.READY
-            )
+            found, origins = inspect.scan(store, now)
+            ready = sorted((e.name, e.parsed) for e in found if e.state == names.READY)
             for name, parsed in ready:
                 try:
-                    body = self._store.read(name)
+                    body = store.read_limited(name, limit)
                 except FileNotFoundError:
                     continue
-                out.append(Message(self, parsed.id, body, None, parsed.receive_count))
+                except TooLarge as exc:
+                    log.warning(
+                        "%s: peek passes over %s, too large: %s", self.url, name, exc.strerror
+                    )
+                    continue
+                origin = read_origin(store, parsed.id) if parsed.id in origins else None
+                out.append(
+                    Message(self, parsed.id, body, None, parsed.receive_count, dead_lettered=origin)
+                )
                 if len(out) == max_messages:
                     break
         return out
@@ -525,13 +584,17 @@ class Queue:
         removed = 0
         self._receiver.reset()  # everything it knew is going
         with storage_errors(f"purging {self.url}"):
-            doomed = [e.name for e in inspect.entries(self._store, 0) if e.is_message]
-            for done, name in enumerate(doomed, 1):
+            found, origins = inspect.scan(self._store, 0)
+            doomed = [e for e in found if e.is_message]
+            for done, entry in enumerate(doomed, 1):
                 with suppress(FileNotFoundError):
-                    self._store.delete(name, known=True)
+                    self._store.delete(entry.name, known=True)
                     removed += 1
                 if progress is not None:
                     progress(done, len(doomed))
+            for message_id in origins.intersection(e.parsed.id for e in doomed):
+                with suppress(FileNotFoundError):  # their messages are gone: so are they
+                    self._store.delete(names.origin_name(message_id), known=True)
             self._store.flush()
         log.info("%s: purged %d messages", self.url, removed)
         return removed
@@ -539,8 +602,9 @@ class Queue:
     def gc(self, *, progress: Progress | None = None) -> list[str]:
         """Repair every leftover a crashed client can leave; return the names repaired.
 
-        On every store: ``.new`` objects of crashed writers older than the
-        grace period are removed. On object stores, moves a crashed client
+        On every store: ``.new`` objects of crashed writers and origin records
+        of dead letters whose message is gone, older than the grace period,
+        are removed. On object stores, moves a crashed client
         left half done (older than ``FINISH_AFTER``) are finished, and their
         spent markers and the capability probes of killed clients removed;
         the sources of finished moves and the removed objects are returned
@@ -553,8 +617,10 @@ class Queue:
         """
         store = self._store
         with storage_errors(f"collecting leftovers in {self.url}"):
-            leftovers = inspect.stale_new(store, self._clock.now_ms(), self._new_grace_ms)
+            now = self._clock.now_ms()
+            leftovers = inspect.stale_new(store, now, self._new_grace_ms)
             removed = inspect.collect_stale_new(store, leftovers, self.url, progress)
+            removed += collect_origins(store, now, self._new_grace_ms)
             return removed + store.take_repairs()
 
     # --------------------------------------------------------------- worker

@@ -23,7 +23,7 @@ from . import _names as names
 from ._errors import storage_errors
 from ._fanout import fan_out
 from ._inspect import collect_stale_new, stale_new_before
-from ._store import Outcomes, OutcomeUnknown, Store
+from ._store import Outcomes, OutcomeUnknown, Store, TooLarge
 
 log = logging.getLogger("vsqs")
 
@@ -80,6 +80,8 @@ class Listing:
     pending: dict[str, int]
     stale_new: list[str]
     count: int
+    #: Ids with an origin record (dead letters; docs/format.md).
+    origins: set[str]
 
 
 class Candidates:
@@ -92,7 +94,8 @@ class Candidates:
     expiry order, so that they become candidates in FIFO position the moment
     they are due, without a listing. ``fed``: the store's arrival feed has
     reported every name that appeared since the last listing, so the
-    candidates are the whole queue without listing again.
+    candidates are the whole queue without listing again. ``origins``: ids
+    the last listing showed an origin record of.
     """
 
     __slots__ = (
@@ -105,6 +108,7 @@ class Candidates:
         "losses",
         "names",
         "oldest_young",
+        "origins",
         "pending",
         "pos",
         "since_feed",
@@ -129,6 +133,7 @@ class Candidates:
         self.skipped: list[str] = []  # fed: names skipped after lost races, to retry
         self.gone: set[str] = set()  # fed: ready names the feed saw leave
         self.since_feed = 0  # claims since the feed was last read
+        self.origins: set[str] = set()
 
     @property
     def listed(self) -> bool:
@@ -261,6 +266,7 @@ class Candidates:
         self.losses = self.losses // 2
         self.listed_at, self.listing_seconds = ended, ended - started
         self.listed_count = listing.count
+        self.origins = listing.origins
 
     # ------------------------------------------------------------- queries
     def feed_due(self, promoted: bool) -> bool:
@@ -305,14 +311,20 @@ class Candidates:
         return exhausted and (self.token is None or store.changed_since(self.token))
 
 
+#: ``exhausted(held, body)``: a claimed message past ``max_receives`` (its held name and body).
+Exhausted = Callable[[str, bytes], None]
+
+
 class Claim(NamedTuple):
-    """A message this client now holds: its id, held name, receive count and body."""
+    """A message this client now holds: its id, held name, receive count and
+    body, and whether the last listing showed an origin record of it."""
 
     id: str
     name: str
     receive_count: int
     expiry_ms: int
     body: bytes
+    origin: bool = False
 
 
 class Plan(NamedTuple):
@@ -350,6 +362,8 @@ class Receiver:
         self._lock = threading.Lock()
         self._candidates = Candidates()
         self._received_at = clock.elapsed()  # when a receive last got something
+        #: Ids of messages too large to read: passed over for good (docs/format.md).
+        self._oversized: set[str] = set()
 
     @property
     def candidates(self) -> Candidates:
@@ -392,14 +406,18 @@ class Receiver:
         *,
         stop: threading.Event | None = None,
         max_receives: int | None = None,
-        exhausted: Callable[[str], None] | None = None,
+        exhausted: Exhausted | None = None,
+        max_size: int | None = None,
     ) -> list[Claim]:
         """Claim up to ``max_messages`` visible messages, oldest first, waiting
         up to ``wait`` seconds for one (a long poll).
 
         A message received more than ``max_receives`` times is handed to
-        ``exhausted`` (its held name) instead. Gives up, claiming nothing more,
-        at the next wake-up (within :data:`STALE_AFTER`) after ``stop`` is set.
+        ``exhausted`` (its held name and body) instead. A message of more than
+        ``max_size`` bytes is not read: it stays held until its visibility
+        timeout runs out, is logged once, and this receiver passes over it
+        from then on. Gives up, claiming nothing more, at the next wake-up
+        (within :data:`STALE_AFTER`) after ``stop`` is set.
         """
         deadline = time.monotonic() + wait
         idle_wakes = 0
@@ -407,7 +425,7 @@ class Receiver:
             while True:
                 if stop is not None and stop.is_set():
                     return []
-                got = self._claim_available(max_messages, vt_ms, max_receives, exhausted)
+                got = self._claim_available(max_messages, vt_ms, max_receives, exhausted, max_size)
                 if got:
                     self._received_at = self._clock.elapsed()
                     return got
@@ -487,7 +505,8 @@ class Receiver:
         max_messages: int,
         vt_ms: int,
         max_receives: int | None,
-        exhausted: Callable[[str], None] | None,
+        exhausted: Exhausted | None,
+        max_size: int | None,
     ) -> list[Claim]:
         """Claim and read up to ``max_messages`` candidates: one at a time, or,
         where renames cost requests, as many at once as are still wanted."""
@@ -510,7 +529,7 @@ class Receiver:
                 for plan in won:
                     claimed_ids.add(plan.id)
                     later.append((plan.held, plan.expiry_ms))
-                out.extend(self._read(won, max_receives, exhausted))
+                out.extend(self._read(won, max_receives, exhausted, max_size))
         finally:
             with self._lock:
                 for name, expiry in later:
@@ -536,7 +555,7 @@ class Receiver:
             parsed = names.parse(name)
             if parsed is None or parsed.state == names.NEW or not names.is_visible(parsed, now):
                 continue  # foreign, or not visible (any more)
-            if parsed.id in ids:  # not again in this batch
+            if parsed.id in ids or parsed.id in self._oversized:  # not again in this batch
                 if parsed.expiry_ms is not None:
                     later.append((name, parsed.expiry_ms))
                 continue
@@ -595,36 +614,55 @@ class Receiver:
         self,
         won: list[Plan],
         max_receives: int | None,
-        exhausted: Callable[[str], None] | None,
+        exhausted: Exhausted | None,
+        max_size: int | None,
     ) -> list[Claim]:
         """The claims with their bodies (read side by side where renames cost
-        requests); one past ``max_receives`` goes to ``exhausted`` instead."""
-        kept = [plan for plan in won if not self._exhausted(plan, max_receives, exhausted)]
+        requests); one past ``max_receives`` goes to ``exhausted`` instead, and
+        one larger than ``max_size`` to nobody."""
         store = self._store
-        if len(kept) == 1:  # the common receive(): no fan-out to set up
-            plan = kept[0]
-            try:
-                body = store.read(plan.held)
-            except FileNotFoundError:
-                return []  # already expired and taken by another receiver
-            return [Claim(plan.id, plan.held, plan.receive_count, plan.expiry_ms, body)]
+
+        def read(name: str) -> bytes:
+            return store.read(name) if max_size is None else store.read_limited(name, max_size)
+
         out: list[Claim] = []
-        bodies = fan_out(store.read, [plan.held for plan in kept], store.batch_width)
-        for plan, outcome in zip(kept, bodies, strict=True):
-            if isinstance(outcome.error, FileNotFoundError):
+        origins = self._candidates.origins
+        bodies = fan_out(read, [plan.held for plan in won], store.batch_width)
+        for plan, outcome in zip(won, bodies, strict=True):
+            error = outcome.exception()
+            if isinstance(error, TooLarge):
+                self._pass_over(plan, error)
+            elif isinstance(error, FileNotFoundError):
                 continue  # already expired and taken by another receiver
-            body = outcome.result()
-            out.append(Claim(plan.id, plan.held, plan.receive_count, plan.expiry_ms, body))
+            elif not self._exhausted(plan, body := outcome.result(), max_receives, exhausted):
+                origin = plan.id in origins
+                out.append(
+                    Claim(plan.id, plan.held, plan.receive_count, plan.expiry_ms, body, origin)
+                )
         return out
+
+    def _pass_over(self, plan: Plan, error: TooLarge) -> None:
+        """A message too large to read: held until its visibility timeout runs
+        out (not released, so others do not take it at once), and never
+        claimed by this receiver again."""
+        with self._lock:
+            self._oversized.add(plan.id)
+        log.warning(
+            "%s: message %s is too large to receive (%s); it is left in the queue, "
+            "this receiver passes over it from now on (docs/format.md, maximum size)",
+            self._store.url,
+            plan.held,
+            error.strerror,
+        )
 
     @staticmethod
     def _exhausted(
-        plan: Plan, max_receives: int | None, exhausted: Callable[[str], None] | None
+        plan: Plan, body: bytes, max_receives: int | None, exhausted: Exhausted | None
     ) -> bool:
         """Hand a claim past ``max_receives`` to ``exhausted``; whether it was."""
         if max_receives is None or exhausted is None or plan.receive_count <= max_receives:
             return False
-        exhausted(plan.held)
+        exhausted(plan.held, body)
         return True
 
     def _unexpired(self, claimed: list[Claim]) -> list[Claim]:
@@ -673,6 +711,7 @@ class Receiver:
         young: list[str] = []
         stale_new: list[str] = []
         pending: dict[str, int] = {}
+        origins: set[str] = set()
         listed = 0
         head = HEAD_NAMES if store.lists_in_order else math.inf
         for name in store.list():
@@ -690,7 +729,9 @@ class Receiver:
                     visible.append(name)
                 else:
                     pending[name] = parsed.expiry_ms
+            elif (record_of := names.origin_id(name)) is not None:
+                origins.add(record_of)
             if len(visible) + len(young) >= head:
                 break  # in key order: the rest of the backlog is newer
         visible.sort()
-        return Listing(visible, young, pending, stale_new, listed)
+        return Listing(visible, young, pending, stale_new, listed, origins)

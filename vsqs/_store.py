@@ -8,6 +8,7 @@ what the capability flags promise.
 
 from __future__ import annotations
 
+import errno
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable, Sequence
@@ -39,6 +40,15 @@ def one_by_one(call: Callable[[T], object], items: Iterable[T]) -> Outcomes:
 class OutcomeUnknown(TimeoutError):
     """A change whose requests were so slow that another client may have
     finished it meanwhile: it may or may not have taken effect."""
+
+
+class TooLarge(OSError):
+    """An object larger than a read's limit (``EFBIG``); it was not read whole."""
+
+    def __init__(self, name: str, size: int | None, limit: int) -> None:
+        about = f"{size:,} bytes, " if size is not None else ""
+        super().__init__(errno.EFBIG, f"{about}over the limit of {limit:,} bytes", name)
+        self.size = size
 
 
 class Store(ABC):
@@ -138,6 +148,16 @@ class Store(ABC):
     @abstractmethod
     def read(self, name: str) -> bytes:
         """The content of ``name`` (``FileNotFoundError`` if absent); never follows a symlink."""
+
+    def read_limited(self, name: str, limit: int) -> bytes:
+        """:meth:`read`, refusing an object of more than ``limit`` bytes with
+        :class:`TooLarge`. Stores that can tell the size before reading (a
+        local file, a ranged ``GET``) never hold more than ``limit + 1`` bytes
+        of it; this default reads it whole first."""
+        data = self.read(name)
+        if len(data) > limit:
+            raise TooLarge(name, len(data), limit)
+        return data
 
     @abstractmethod
     def write_new(self, name: str, data: bytes, *, fsync: bool) -> None:

@@ -32,8 +32,9 @@ class MemoryStore(Store):
 
     def __init__(self, name: str = "queue", *, _spaces: _Namespaces | None = None) -> None:
         self.name = validate_queue_name(name)
-        self.url = f"memory-store:{id(self):x}/{name}"
         self._spaces = _spaces if _spaces is not None else _Namespaces()
+        #: One queue, one URL: its siblings' stores agree on it.
+        self.url = f"memory-store:{id(self._spaces):x}/{name}"
 
     def __reduce__(self) -> Any:
         raise TypeError("a MemoryStore lives in one process and cannot be pickled")

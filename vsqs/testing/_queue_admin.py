@@ -4,6 +4,8 @@ Reading and keeping a queue: peek, stats, purge, dead letters, config and leftov
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 import vsqs
@@ -106,13 +108,22 @@ class AdminTests:
             assert [m.id for m in got] == [fresh]  # poison went to the dead-letter queue
             got[0].delete()
             dlq_store = store.sibling("dlq")
+            at = datetime.fromtimestamp(int(clock() * 1000) / 1000, UTC)
+            origin = vsqs.DeadLettered(q.url, 2, at)
             with vsqs.Queue(dlq_store, clock=clock) as dlq:
                 dead = dlq.peek(10)
                 assert [(m.id, m.body, m.receive_count) for m in dead] == [(poison, b"poison", 0)]
+                assert dead[0].dead_lettered == origin  # where from, how often, when
+                # Format-2 readers that predate the record take it for a foreign name.
+                foreign = sorted(n for n in dlq_store.list() if names.parse(n) is None)
+                assert foreign == sorted([names.CONFIG_NAME, f"{poison}.origin"])
+                held = dlq.receive(visibility_timeout=0)
+                assert held is not None and held.dead_lettered == origin
             assert vsqs.redrive(dlq_store, store) == 1
-            assert [m for m in dlq_store.list() if names.parse(m)] == []
+            assert [m for m in dlq_store.list() if m != names.CONFIG_NAME] == []  # record too
             back = q.receive()
             assert back is not None and back.id == poison and back.receive_count == 1
+            assert back.dead_lettered is None
 
     def test_dead_letter_needs_both_settings(self, store: vsqs.Store) -> None:
         with pytest.raises(vsqs.InvalidArgument):

@@ -1,0 +1,194 @@
+"""Dead letters an operator can act on, redrives that cannot go the wrong way,
+and the maximum message size (issue 16).
+
+* A dead letter keeps an origin record ``<id>.origin`` in the dead-letter
+  queue (source, receive count, when): shown by ``peek`` and by
+  ``Message.dead_lettered``; ``gc()``, ``purge()``, an ack that read it and a
+  redrive remove it with its message (the crash windows are in
+  ``tests/test_crashes.py`` and ``tests/test_object_faults.py``; every backend
+  in the conformance suite's dead-letter test).
+* ``redrive`` refuses, unless ``force``, a source whose config does not name
+  the dead-letter queue: swapped arguments moved a live queue into its DLQ.
+* ``max_message_size``: larger sends are refused before anything is written;
+  a larger message in a queue is never read (``tests/test_hostile.py`` for a
+  1 TiB file).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+import vsqs
+from vsqs import _names as names
+
+from .conftest import FakeClock
+
+
+def dead_letter_one(source: vsqs.Queue, clock: FakeClock) -> str:
+    """Send a message to ``source`` (``max_receives=1``) and have it dead-lettered."""
+    poison = source.send(b"poison")
+    assert source.receive(visibility_timeout=1) is not None
+    clock.advance(2)
+    assert source.receive() is None  # exhausted: moved to the dead-letter queue
+    return poison
+
+
+def records(path: Path) -> list[str]:
+    return sorted(n for n in os.listdir(path) if names.origin_id(n))
+
+
+# ------------------------------------------------------------------ redrive
+def test_a_redrive_with_swapped_arguments_is_refused_and_moves_nothing(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """``redrive jobs jobs-dlq`` moved the live queue into its dead-letter queue."""
+    jobs, dlq = tmp_path / "jobs", tmp_path / "jobs-dlq"
+    with vsqs.Queue(jobs, clock=clock, max_receives=1, dead_letter="jobs-dlq") as q:
+        dead_letter_one(q, clock)
+        live = q.send(b"live")
+    with pytest.raises(vsqs.InvalidArgument) as refused:
+        vsqs.redrive(jobs, dlq)
+    message = str(refused.value)
+    assert "\n" not in message and str(jobs) in message and str(dlq) in message
+    assert "has no dead-letter queue" in message and "force=True" in message
+    with vsqs.Queue(jobs) as q, vsqs.Queue(dlq) as dead:
+        assert [m.id for m in q.peek()] == [live] and dead.stats().ready == 1
+    assert vsqs.redrive(dlq, jobs) == 1  # the right way round
+
+
+def test_a_redrive_into_a_queue_that_dead_letters_elsewhere_needs_force(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    with vsqs.Queue(tmp_path / "a", clock=clock, max_receives=1, dead_letter="a-dlq") as a:
+        dead_letter_one(a, clock)
+    vsqs.Queue(tmp_path / "b", max_receives=1, dead_letter="b-dlq").close()
+    with pytest.raises(vsqs.InvalidArgument, match=r"dead-letters to .*b-dlq, not .*a-dlq"):
+        vsqs.redrive(tmp_path / "a-dlq", tmp_path / "b")
+    assert vsqs.redrive(tmp_path / "a-dlq", tmp_path / "b", force=True) == 1
+    with vsqs.Queue(tmp_path / "b") as b:
+        assert [m.body for m in b.peek()] == [b"poison"]
+
+
+@pytest.mark.parametrize("form", ["sibling", "path", "file-url", "via-symlink"])
+def test_a_dead_letter_queue_is_recognised_however_the_config_names_it(
+    tmp_path: Path, clock: FakeClock, form: str
+) -> None:
+    """A queue name is the sibling queue; a path or URL the location it resolves to."""
+    dlq = tmp_path / "dlq"
+    (tmp_path / "link").symlink_to(tmp_path)
+    named = {
+        "sibling": "dlq",
+        "path": str(dlq),
+        "file-url": f"file://{dlq}",
+        "via-symlink": str(tmp_path / "link" / "dlq"),
+    }[form]
+    with vsqs.Queue(tmp_path / "q", clock=clock, max_receives=1, dead_letter=named) as q:
+        dead_letter_one(q, clock)
+        assert q.dead_letter_url is not None
+    assert vsqs.redrive(dlq, tmp_path / "q") == 1
+    assert vsqs.redrive(f"file://{dlq}", tmp_path / "q") == 0
+
+
+# --------------------------------------------------------- origin records
+def test_origin_records_go_with_their_messages_by_ack_purge_and_gc(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    config = {"clock": clock, "max_receives": 1, "dead_letter": "dlq", "visibility_timeout": 1}
+    with vsqs.Queue(tmp_path / "q", **config) as q:  # type: ignore[arg-type]
+        first, second, third = (dead_letter_one(q, clock) for _ in range(3))
+    # Each was dead-lettered 2 s after the one before, by the clock of the queue.
+    at = {
+        i: datetime.fromtimestamp(clock() - 4 + 2 * n, UTC)
+        for n, i in enumerate([first, second, third])
+    }
+    dlq_dir = tmp_path / "dlq"
+    assert records(dlq_dir) == [names.origin_name(i) for i in (first, second, third)]
+    # A record left by a crash, or written for a dead-lettering under way.
+    orphan = names.origin_name(names.IdGenerator().next_id(int(clock() * 1000)))
+    source = str(tmp_path / "q")
+    (dlq_dir / orphan).write_bytes(vsqs.DeadLettered(source, 1, at[third]).to_json())
+    with vsqs.Queue(dlq_dir, clock=clock) as dlq:
+        msg = dlq.receive()
+        assert msg is not None and msg.id == first
+        assert msg.dead_lettered == vsqs.DeadLettered(source, 1, at[first])
+        msg.delete()  # its record was read: it goes with it
+        msg = dlq.receive()
+        assert msg is not None and msg.id == second
+        msg.delete()  # not read, but its receiver listed it: it goes too
+        assert records(dlq_dir) == sorted([names.origin_name(third), orphan])
+        assert dlq.gc() == []  # the orphan is young: a dead-lettering may be under way
+        clock.advance(3601)  # older than the grace period
+        assert dlq.gc() == [orphan]  # third's message is still there
+        assert dlq.purge() == 1
+    assert records(dlq_dir) == []
+
+
+def test_a_torn_or_foreign_origin_record_reads_as_none(tmp_path: Path, clock: FakeClock) -> None:
+    with vsqs.Queue(tmp_path / "dlq", clock=clock) as dlq:
+        sent = dlq.send_batch([b"a", b"b"])
+        (tmp_path / "dlq" / names.origin_name(sent[0])).write_bytes(b'{"source": "q", "rec')
+        with open(tmp_path / "dlq" / names.origin_name(sent[1]), "wb") as f:
+            f.truncate(1 << 30)  # not read whole
+        assert [m.dead_lettered for m in dlq.peek()] == [None, None]
+        got = dlq.receive_batch(2)
+        assert [m.dead_lettered for m in got] == [None, None]
+
+
+# ---------------------------------------------------------- maximum size
+def test_a_body_over_the_maximum_size_is_refused_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    with vsqs.Queue(tmp_path / "q", max_message_size=10) as q:
+        assert q.config.max_message_size == 10
+        before = sorted(os.listdir(tmp_path / "q"))
+        with pytest.raises(vsqs.MessageTooLarge, match="11 bytes; this queue takes at most 10"):
+            q.send(b"x" * 11)
+        with pytest.raises(vsqs.MessageTooLarge, match="message 2 of the batch"):
+            q.send_batch([b"ok", b"ok", b"x" * 11])
+        assert sorted(os.listdir(tmp_path / "q")) == before
+        q.send(b"x" * 10)
+    with pytest.raises(vsqs.QueueConfigError, match="max_message_size=10"):
+        vsqs.Queue(tmp_path / "q", max_message_size=20)
+
+
+def test_the_maximum_size_defaults_to_256_mib_or_the_environment_at_creation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with vsqs.Queue(tmp_path / "a") as a:
+        assert a.config.max_message_size == 256 * 1024 * 1024
+    monkeypatch.setenv("VSQS_MAX_MESSAGE_SIZE", "4096")
+    with vsqs.Queue(tmp_path / "b") as b, vsqs.Queue(tmp_path / "a") as a:
+        assert b.config.max_message_size == 4096  # written into b's config
+        assert a.config.max_message_size == 256 * 1024 * 1024  # a's config says otherwise
+    monkeypatch.setenv("VSQS_MAX_MESSAGE_SIZE", "1e6")
+    with pytest.raises(vsqs.InvalidArgument, match="VSQS_MAX_MESSAGE_SIZE='1e6'"):
+        vsqs.Queue(tmp_path / "c")
+    with pytest.raises(vsqs.InvalidArgument, match="max_message_size must be a positive int"):
+        vsqs.Queue(tmp_path / "d", max_message_size=0)
+
+
+def test_an_oversized_object_on_an_object_store_is_passed_over_once(
+    caplog: pytest.LogCaptureFixture, clock: FakeClock
+) -> None:
+    """Written by something else (vsqs refuses to send it): the receiver logs
+    it once, leaves it, and takes the message behind it."""
+    url = f"memory://vsqs-max-size-{os.getpid()}-{id(clock)}/q"
+    with vsqs.Queue(url, clock=clock, max_message_size=100, visibility_timeout=1) as q:
+        big = names.IdGenerator().next_id(int(clock() * 1000) - 1)
+        q.store.write_new(big, b"x" * 101, fsync=False)
+        small = q.send(b"small")
+        with caplog.at_level(logging.WARNING, logger="vsqs"):
+            got = q.receive_batch(10)
+            assert [m.id for m in got] == [small]
+            got[0].delete()
+            clock.advance(2)
+            assert q.receive() is None
+        warned = [r for r in caplog.records if "too large to receive" in r.getMessage()]
+        assert len(warned) == 1 and big in warned[0].getMessage()
+        assert q.stats().ready == 1  # left in the queue, visible again
+        q.purge()
