@@ -256,3 +256,27 @@ def test_redrive(tmp_path: Path) -> None:
         assert q.receive(visibility_timeout=0) is not None
         assert q.receive() is None
     assert asyncio.run(vsqs.aio.redrive(tmp_path / "dlq", tmp_path / "q")) == 1
+
+
+def test_a_dead_letter_says_where_it_came_from_and_redrive_takes_force(tmp_path: Path) -> None:
+    with vsqs.Queue(tmp_path / "q", max_receives=1, dead_letter="dlq") as q:
+        q.send(b"poison")
+        assert q.receive(visibility_timeout=0) is not None
+        assert q.receive() is None
+    vsqs.Queue(tmp_path / "other").close()
+
+    async def main() -> None:
+        async with vsqs.aio.Queue(tmp_path / "dlq") as dlq:
+            [peeked] = await dlq.peek()
+            got = await dlq.receive()
+            assert got is not None
+            for message in (peeked, got):
+                origin = await message.dead_lettered()
+                assert origin is not None and origin.receive_count == 1
+                assert origin.source.endswith("/q")
+            await got.release()
+        with pytest.raises(vsqs.InvalidArgument):  # "other" names no dead-letter queue
+            await vsqs.aio.redrive(tmp_path / "dlq", tmp_path / "other")
+        assert await vsqs.aio.redrive(tmp_path / "dlq", tmp_path / "other", force=True) == 1
+
+    asyncio.run(main())

@@ -35,7 +35,7 @@ from . import _message, _queue
 from ._config import positive_int
 from ._dead_letter import redrive as sync_redrive
 from ._errors import VsqsError
-from ._message import Body, DeleteResult, Progress, QueueStats
+from ._message import Body, DeadLettered, DeleteResult, Progress, QueueStats
 from ._worker import Backoff, ConsumePacing, FailureLog, failure_log, settle, visibility_seconds
 
 log = logging.getLogger("vsqs")
@@ -77,6 +77,12 @@ class Message:
     @property
     def visible_at(self) -> datetime | None:
         return self.sync.visible_at
+
+    async def dead_lettered(self) -> DeadLettered | None:
+        """Where it came from if it was dead-lettered into this queue: see
+        :attr:`vsqs.Message.dead_lettered` (a coroutine here: for a received
+        message it reads the origin record, on the queue's threads)."""
+        return await self._queue._call(lambda: self.sync.dead_lettered)
 
     async def delete(self) -> None:
         """Acknowledge: see :meth:`vsqs.Queue.delete`."""
@@ -331,6 +337,7 @@ async def redrive(
     *,
     storage_options: dict[str, Any] | None = None,
     max_messages: int | None = None,
+    force: bool = False,
 ) -> int:
     """:func:`vsqs.redrive` on a worker thread."""
     return await asyncio.to_thread(
@@ -339,6 +346,7 @@ async def redrive(
         source,
         storage_options=storage_options,
         max_messages=max_messages,
+        force=force,
     )
 
 
