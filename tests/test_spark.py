@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,31 +28,10 @@ from pyspark.sql import functions as F  # noqa: E402
 import vsqs.spark  # noqa: E402
 from vsqs.spark._options import Options  # noqa: E402
 from vsqs.spark._read import NamesPartition, _bodies, read_partition  # noqa: E402
-from vsqs.spark._stream import QueueStreamReader  # noqa: E402
 
 from ._fault_proxy import FaultProxy, Gate  # noqa: E402
 from .servers import Server  # noqa: E402
 from .test_processes import wait_until  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("vsqs-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    try:
-        yield session
-    finally:
-        session.stop()
 
 
 def listing(path: Path) -> list[str]:
@@ -255,25 +232,6 @@ def test_a_late_landing_message_is_not_skipped(spark: SparkSession, tmp_path: Pa
     assert sorted(streamed(spark, out)) == sorted([slow_id, before])
 
 
-def test_a_stale_new_holds_nothing_back_after_the_queues_grace(
-    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    q = vsqs.Queue(tmp_path / "q")
-    store = vsqs.LocalStore(str(tmp_path / "q"))
-    store.ensure(create=False)
-    two_hours_ago = int(time.time() * 1000) - 2 * 3600 * 1000
-    store.write_new(names.new_name(f"{two_hours_ago:013d}-0000-{'0' * 16}"), b"", fsync=False)
-    after = q.send(b"after a crashed writer")
-    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
-    run_stream(spark, tmp_path / "q", out, checkpoint)  # one hour: a crashed writer's leftover
-    assert streamed(spark, out) == [after]
-    # The planner (in-process here) takes the grace from VSQS_NEW_GRACE, as gc does.
-    reader = QueueStreamReader(Options.parse({"path": str(tmp_path / "q"), "settleSeconds": "0"}))
-    assert [name for _, name in reader._list()] == [after]
-    monkeypatch.setenv("VSQS_NEW_GRACE", str(3 * 3600))  # 2 h old: still a send under way
-    assert reader._list() == []
-
-
 def test_a_delayed_message_is_offered_when_its_delay_ends(
     spark: SparkSession, tmp_path: Path
 ) -> None:
@@ -419,26 +377,6 @@ def test_a_tasks_rows_keep_their_order_and_a_delay_applies(
         stats = q.stats()
     assert (stats.ready, stats.delayed) == (0, 50)
     assert 590 < (stats.next_visible_in or 0) <= 600
-
-
-def test_a_failed_write_publishes_nothing(spark: SparkSession, tmp_path: Path) -> None:
-    vsqs.Queue(tmp_path / "q").close()
-
-    @F.udf("string")
-    def explode_on_last(i):  # type: ignore[no-untyped-def]  # hints make pyspark guess a pandas UDF
-        if i == 399:
-            raise ValueError("row 399 is bad")
-        return f"row {i}"
-
-    df = spark.range(400).repartition(4).select(explode_on_last("id").alias("body"))
-    with pytest.raises(PySparkException, match="row 399 is bad"):
-        df.write.format("vsqs").mode("append").save(str(tmp_path / "q"))
-    assert listing(tmp_path / "q") == [names.CONFIG_NAME], "a failed job left messages behind"
-    # A task that fails midway (a null body after two staged rows) removes what it staged.
-    nulls = spark.createDataFrame([("a",), ("b",), (None,)], "body string").coalesce(1)
-    with pytest.raises(PySparkException, match="body is null"):
-        nulls.write.format("vsqs").mode("append").save(str(tmp_path / "q"))
-    assert listing(tmp_path / "q") == [names.CONFIG_NAME], "a failed task left messages behind"
 
 
 def test_overwrite_and_a_missing_body_column_are_refused(

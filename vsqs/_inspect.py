@@ -1,7 +1,7 @@
 """Reading a queue without receiving from it: one listing classifier for
 ``peek``, ``stats``, ``purge``, ``gc`` and the Spark planners (origin records
-of dead letters included), and the one rule for when a ``.new`` is a crashed
-writer's leftover."""
+of dead letters included), and the rules for how long a ``.new`` is a send
+under way."""
 
 from __future__ import annotations
 
@@ -21,9 +21,26 @@ log = logging.getLogger("vsqs")
 DEFAULT_NEW_GRACE = 3600.0
 
 
+#: A ``.new`` younger than this (by its id) may still be published under its
+#: id, so a tail of the queue (the Spark stream) waits for it; an older one
+#: holds nothing back, whether its writer died or not.
+STAGING_HOLD = 60.0
+#: Writers publish what they staged longer ago than this under a fresh id
+#: (:func:`vsqs._publish.commit`): a tail may have stopped waiting for it. The
+#: difference to :data:`STAGING_HOLD` is the time left for the rename and for
+#: the skew between the writer's clock and the reader's.
+RESTAMP_AFTER = 30.0
+
+
 def default_new_grace() -> float:
     """Seconds after which a ``.new`` is a crashed writer's: ``VSQS_NEW_GRACE``, or one hour."""
     return env_seconds(ENV_NEW_GRACE, DEFAULT_NEW_GRACE)
+
+
+def staging_hold_ms() -> int:
+    """How long a ``.new`` holds a tail back: :data:`STAGING_HOLD`, or the
+    garbage-collection grace if that is shorter (gc removes it then)."""
+    return int(min(STAGING_HOLD, default_new_grace()) * 1000)
 
 
 def stale_new_before(now_ms: int, grace_ms: int) -> str:

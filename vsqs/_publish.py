@@ -12,6 +12,7 @@ from contextlib import suppress
 
 from . import _names as names
 from ._errors import MessageTooLarge, StorageError, storage_errors
+from ._inspect import RESTAMP_AFTER
 from ._store import Store
 
 #: Fresh ids a send tries before it gives up.
@@ -92,26 +93,46 @@ def commit(
     visible_at: int | None,
     *,
     durable: bool,
+    clock: names.MsClock,
     published: Callable[[str, str], object] | None = None,
 ) -> None:
     """Rename staged ids to their final names (ready, or delayed until
-    ``visible_at``) with one :meth:`Store.rename_batch` (side by side where
-    renames cost requests), then make the names durable if asked.
+    ``visible_at``), :attr:`Store.batch_width` renames at a time (side by side
+    where renames cost requests), then make the names durable if asked.
 
-    ``published(id, name)`` is called for each id renamed, in order. If a
-    rename fails, the first error is raised once the others were made; the
-    ids renamed stay published.
+    A staged id issued more than :data:`RESTAMP_AFTER` before its rename is
+    published under a fresh id of ``clock``, drawn just before the rename
+    (and so is every id staged after it, which keeps the batch in order): a
+    tail of the queue waits for a ``.new`` only :data:`STAGING_HOLD`, and
+    must never find a message land behind the place it has passed.
+
+    ``published(staged_id, final_name)`` is called for each id renamed, in
+    order. If a rename fails, the first error is raised once the others were
+    made; the ids renamed stay published.
     """
-    moves = [(names.new_name(i), names.published_name(i, visible_at)) for i in staged]
-    errors = store.rename_batch(moves)
-    for message_id, (_, final), error in zip(staged, moves, errors, strict=True):
-        if error is None and published is not None:
-            published(message_id, final)
+    failed: list[OSError] = []
+    width = store.batch_width
+    restamp = False  # once one id is, every later one is too: the batch keeps its order
+    for start in range(0, len(staged), width):
+        chunk = staged[start : start + width]
+        restamp_before = clock.now_ms() - int(RESTAMP_AFTER * 1000)
+        finals = []
+        for i in chunk:
+            restamp = restamp or names.id_ms(i) < restamp_before
+            finals.append(clock.next_id() if restamp else i)
+        moves = [
+            (names.new_name(i), names.published_name(f, visible_at))
+            for i, f in zip(chunk, finals, strict=True)
+        ]
+        errors = store.rename_batch(moves)
+        for message_id, (_, final), error in zip(chunk, moves, errors, strict=True):
+            if error is None and published is not None:
+                published(message_id, final)
+        failed.extend(error for error in errors if error is not None)
     if durable and staged:
         store.sync_names()
-    for error in errors:
-        if error is not None:
-            raise error
+    if failed:
+        raise failed[0]
 
 
 class Publisher:
@@ -169,10 +190,12 @@ class Publisher:
                 return self._send_side_by_side(datas, delay_ms)
             return self.send(datas, delay_ms)
         staged: list[str] = []
+        done: set[str] = set()
         sent: list[str] = []
 
-        def published(message_id: str, final: str) -> None:
-            sent.append(message_id)
+        def published(staged_id: str, final: str) -> None:
+            done.add(staged_id)
+            sent.append(final[: names.ID_LEN])  # the id it was published under
             self._published(final, visible_at)
 
         with storage_errors(lambda: f"sending a batch to {store.url} ({len(sent)} sent)"):
@@ -182,9 +205,16 @@ class Publisher:
                 if self._durable:
                     store.sync_files(names.new_name(i) for i in staged)
                 visible_at = self._clock.expiry_ms(delay_ms) if delay_ms else None
-                commit(store, staged, visible_at, durable=self._durable, published=published)
+                commit(
+                    store,
+                    staged,
+                    visible_at,
+                    durable=self._durable,
+                    clock=self._clock,
+                    published=published,
+                )
             finally:
-                unstage(store, sorted(set(staged).difference(sent)))
+                unstage(store, sorted(set(staged).difference(done)))
         return sent
 
     def _send_side_by_side(self, datas: list[bytes], delay_ms: int) -> list[str]:

@@ -3,6 +3,10 @@
 Spark hands a data source its options as strings under lower-cased keys.
 Storage options come as ``fs.<key>`` strings, or all at once as the JSON
 object of ``storageOptions`` for values that are not strings.
+
+Every option is checked when the source is loaded (``load()`` of a read or a
+stream, before anything runs): a bad value, a name that is no option, or an
+option of another use (``delay`` on a read) fails with one line that names it.
 """
 
 from __future__ import annotations
@@ -18,6 +22,26 @@ from .._names import DELAYED, IN_FLIGHT, READY
 
 #: Row states, as the ``state`` column names them.
 STATES = (READY, IN_FLIGHT, DELAYED)
+
+READ, STREAM, WRITE = "read", "stream", "write"
+#: Every option (as spelled in docs/spark.md) and the uses it applies to.
+KNOWN: dict[str, tuple[str, ...]] = {
+    "path": (READ, STREAM, WRITE),
+    "storageOptions": (READ, STREAM, WRITE),
+    "states": (READ,),
+    "numPartitions": (READ, STREAM),
+    "includeBody": (READ, STREAM),
+    "filterPushdown": (READ,),
+    "startingOffsets": (STREAM,),
+    "maxMessagesPerBatch": (STREAM,),
+    "settleSeconds": (STREAM,),
+    "delay": (WRITE,),
+    "durable": (WRITE,),
+    "unsafeClaims": (WRITE,),
+}
+_SPELLING = {name.lower(): name for name in KNOWN}
+#: ``fs.<key>`` options: one storage option each.
+FS_PREFIX = "fs."
 
 
 def _positive_int(options: Mapping[str, str], key: str, default: int | None) -> int | None:
@@ -52,6 +76,10 @@ class Options:
     storage_options: dict[str, Any] = field(default_factory=dict)
     states: tuple[str, ...] = ("ready",)
     num_partitions: int | None = None
+    #: Read each message's body (``includeBody``); without it, names only.
+    include_body: bool = True
+    #: Take filters that Spark pushes down (``filterPushdown``).
+    filter_pushdown: bool = False
     max_messages_per_batch: int | None = None
     starting_offsets: str = "earliest"
     settle_seconds: float = 5.0
@@ -61,8 +89,11 @@ class Options:
     unsafe_claims: bool = False
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> Options:
+    def parse(cls, options: Mapping[str, str], *uses: str) -> Options:
+        """Check and parse every option, and refuse the options that apply to
+        none of ``uses`` (``read``, ``stream``, ``write``; default: all)."""
         options = {key.lower(): value for key, value in options.items()}
+        _check_names(options, uses or (READ, STREAM, WRITE))
         url = options.get("path")
         if not url:
             raise InvalidArgument("name the queue: .load(url) / .save(url), or option path")
@@ -76,13 +107,32 @@ class Options:
             storage_options=_storage_options(options),
             states=_states(options.get("states", "ready")),
             num_partitions=_positive_int(options, "numPartitions", None),
+            include_body=_flag(options, "includeBody", True),
+            filter_pushdown=_flag(options, "filterPushdown", False),
             max_messages_per_batch=_positive_int(options, "maxMessagesPerBatch", None),
             starting_offsets=_choice(options, "startingOffsets", ("earliest", "latest")),
             settle_seconds=_seconds(options, "settleSeconds", 5.0),
             delay=_seconds(options, "delay", 0.0),
-            durable=_choice(options, "durable", ("true", "false")) == "true",
-            unsafe_claims=_choice(options, "unsafeClaims", ("false", "true")) == "true",
+            durable=_flag(options, "durable", True),
+            unsafe_claims=_flag(options, "unsafeClaims", False),
         )
+
+
+def _check_names(options: Mapping[str, str], uses: tuple[str, ...]) -> None:
+    """Refuse a name that is no option (a typo would be ignored), and an
+    option that applies to none of ``uses``."""
+    for key in sorted(options):
+        if key.startswith(FS_PREFIX) and len(key) > len(FS_PREFIX):
+            continue
+        name = _SPELLING.get(key)
+        if name is None:
+            known = ", ".join([*KNOWN, f"{FS_PREFIX}<key>"])
+            raise InvalidArgument(f"vsqs has no option {key!r}; its options are: {known}")
+        if not set(uses) & set(KNOWN[name]):
+            raise InvalidArgument(
+                f"option {name} applies to {' and '.join(f'{u}s' for u in KNOWN[name])}, "
+                f"not to {' or '.join(f'{u}s' for u in uses)}"
+            )
 
 
 def _choice(options: Mapping[str, str], key: str, allowed: tuple[str, ...]) -> str:
@@ -90,6 +140,11 @@ def _choice(options: Mapping[str, str], key: str, allowed: tuple[str, ...]) -> s
     if value not in allowed:
         raise InvalidArgument(f"option {key} must be one of {', '.join(allowed)}, not {value!r}")
     return value
+
+
+def _flag(options: Mapping[str, str], key: str, default: bool) -> bool:
+    allowed = ("true", "false") if default else ("false", "true")
+    return _choice(options, key, allowed) == "true"
 
 
 def _states(raw: str) -> tuple[str, ...]:
@@ -116,6 +171,6 @@ def _storage_options(options: Mapping[str, str]) -> dict[str, Any]:
             raise InvalidArgument("option storageOptions must be a JSON object")
         found.update(parsed)
     for key, value in options.items():
-        if key.startswith("fs.") and len(key) > 3:
-            found[key[3:]] = value
+        if key.startswith(FS_PREFIX) and len(key) > len(FS_PREFIX):
+            found[key[len(FS_PREFIX) :]] = value
     return found

@@ -14,19 +14,22 @@ would be skipped for good. Two rules keep late messages in:
   its id before a slow upload, and producer clocks behind the reader's by up
   to the window;
 * **sends under way**: while a ``<id>.new`` name (a send or a Spark write being
-  staged, younger than the queue's one-hour garbage-collection grace) is
-  listed, the offset stops before its id: the message will land with that id.
+  staged) younger than ``STAGING_HOLD`` (one minute) is listed, the offset
+  stops before its id: the message may land with that id. Writers publish
+  older staging under a fresh id (``vsqs._publish.commit``), so an older
+  ``.new``, live or a dead writer's leftover, holds nothing back.
 
-Messages that keep an old id when they arrive (dead-lettered, redriven) are
-not offered again: a tail follows sends. To process a queue, consume it
-(``vsqs.spark.consume``).
+A message is offered only if it still exists when its key is offered: one
+that a consumer deleted before then is never offered. Messages that keep an
+old id when they arrive (dead-lettered, redriven) are not offered again: a
+tail follows sends. To process a queue, consume it (``vsqs.spark.consume``).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -37,9 +40,16 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from .. import _names as names
-from .._inspect import default_new_grace, entries, stale_new_before
+from .._inspect import entries, staging_hold_ms, stale_new_before
 from ._options import Options
-from ._read import NamesPartition, open_existing, read_partition, split
+from ._read import (
+    NAMES_PER_PARTITION,
+    NamesPartition,
+    names_per_partition,
+    open_existing,
+    read_partition,
+    split,
+)
 
 if TYPE_CHECKING:
     import pyarrow
@@ -71,12 +81,15 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self._target: Key | None = None  # Trigger.AvailableNow: never past this
         self._listed: list[tuple[Key, str]] = []  # the last listing, by key
+        self._size = NAMES_PER_PARTITION  # default names per partition, for the queue's store
+        self._end: Key = EARLIEST  # the end of the micro-batch last planned
 
     def _list(self) -> list[tuple[Key, str]]:
-        """Keys and names of the messages that may be offered now, in key order."""
+        """Keys and names of the messages that may be offered now, in key order
+        (up to the ``Trigger.AvailableNow`` target, if any)."""
         now_ms = int(time.time() * 1000)
         horizon = now_ms - int(self.options.settle_seconds * 1000)
-        stale_before = stale_new_before(now_ms, int(default_new_grace() * 1000))
+        held_from = stale_new_before(now_ms, staging_hold_ms())  # older staging holds nothing
         store = open_existing(self.options)
         try:
             found, pending = [], None
@@ -84,20 +97,21 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 parsed = entry.parsed
                 if not entry.is_message:  # a send under way holds back what is newer
                     key = (names.id_ms(parsed.id), parsed.id)
-                    if entry.name >= stale_before and (pending is None or key < pending):
+                    if entry.name >= held_from and (pending is None or key < pending):
                         pending = key
                     continue
                 key = ready_key(parsed)
                 if key[0] <= horizon:
                     found.append((key, entry.name))
+            self._size = names_per_partition(store)
         finally:
             store.close()
         found.sort()
         if pending is not None:
             found = [entry for entry in found if entry[0] < pending]
+        self._listed = found
         if self._target is not None:
             found = [entry for entry in found if entry[0] <= self._target]
-        self._listed = found
         return found
 
     def initialOffset(self) -> dict[str, Any]:
@@ -120,7 +134,16 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         new = [key for key, _ in self._list() if key > after]
         if isinstance(limit, ReadMaxRows):
             new = new[: limit.max_rows]
-        return _offset(new[-1]) if new else start
+        self._end = new[-1] if new else after
+        return _offset(self._end)
+
+    def reportLatestOffset(self) -> dict[str, Any]:
+        """The newest key the last listing could offer, and the backlog: how many
+        messages it found after the micro-batch just planned (what
+        ``maxMessagesPerBatch`` or a restart left for later batches)."""
+        latest = self._listed[-1][0] if self._listed else self._end
+        backlog = sum(1 for key, _ in self._listed if key > self._end)
+        return _offset(latest) | {"backlog": backlog}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         low, high = _key(start), _key(end)
@@ -130,7 +153,8 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not listed or listed[-1][0] < high:  # a restart re-plans a logged batch
             listed = self._list()
         wanted = [name for key, name in listed if low < key <= high]
-        return list(split(wanted, int(time.time() * 1000), self.options.num_partitions))
+        now_ms = int(time.time() * 1000)
+        return list(split(wanted, now_ms, self.options.num_partitions, self._size))
 
     def read(self, partition: InputPartition) -> Iterator[pyarrow.RecordBatch]:
         assert isinstance(partition, NamesPartition)
@@ -139,3 +163,33 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict[str, Any]) -> None:
         high = _key(end)
         self._listed = [entry for entry in self._listed if entry[0] > high]
+
+
+class RefusedStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """A stream whose options were refused: it raises the refusal at its first
+    call. PySpark reports an error raised while it makes a stream reader as an
+    ``UnboundLocalError`` of its own; one raised by a call reaches the user."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def _refuse(self) -> NoReturn:
+        raise self.error
+
+    def initialOffset(self) -> dict[str, Any]:
+        self._refuse()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        self._refuse()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._refuse()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        self._refuse()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        self._refuse()
+
+    def read(self, partition: InputPartition) -> Iterator[pyarrow.RecordBatch]:
+        self._refuse()
