@@ -116,6 +116,12 @@ MUTANTS: dict[str, tuple[tuple[object, str, object] | None, Callable[[int], Plan
     # The client library re-sends an exclusive create whose response was
     # lost: what vsqs's S3 and GCS adapters turn off.
     "retried-creates": (None, lambda seed: Plan(seed, retry_creates=True)),
+    # An exclusive create that checks, then writes: moto's, which let two
+    # consumers both win one marker under load.
+    "torn-creates": (None, lambda seed: Plan(seed, torn=frozenset({"create"}))),
+    # A copy that reads its source, then writes its target: a late write
+    # brings back a name that moved on (docs/protocol.md).
+    "torn-copies": (None, lambda seed: Plan(seed, torn=frozenset({"copy"}))),
 }
 
 

@@ -70,10 +70,13 @@ class Bucket:
         return found
 
     # ------------------------------------------------------------- requests
-    def put(self, key: str, data: bytes, *, if_none_match: bool = False) -> str:
+    def put(
+        self, key: str, data: bytes, *, if_none_match: bool = False, dry_run: bool = False
+    ) -> str:
+        """Write ``key``; with ``dry_run``, only check the condition."""
         if if_none_match and key in self.objects:
             raise Status(412, key)
-        return self._write(key, data)
+        return "" if dry_run else self._write(key, data)
 
     def get(self, key: str) -> bytes:
         return self._get(key).data

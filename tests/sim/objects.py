@@ -5,6 +5,13 @@ send them through s3fs or gcsfs, with the same client-side retries: a request
 whose response was lost, that timed out or was throttled is sent again (up to
 three attempts), except an exclusive create when ``retry_creates`` is off
 (vsqs's adapters never let the client library re-send one).
+
+``torn`` names requests that take effect in two steps, with anything
+between them, as moto's do: ``"create"``, an exclusive create that checks
+that its key is absent, then writes it (two racing creates can both win);
+``"copy"``, a copy that reads its source, then writes its target (the write
+can land after the source is gone). A retry repeats both steps. vsqs assumes
+neither (``docs/protocol.md``, "A store whose requests are not atomic").
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ class SimObjects(ObjectIO):
         *,
         scope: Hashable,
         retry_creates: bool = False,
+        torn: frozenset[str] = frozenset(),
         page: int = 4,
     ) -> None:
         super().__init__()
@@ -40,6 +48,7 @@ class SimObjects(ObjectIO):
         self.prefix = prefix.rstrip("/") + "/"
         self.url = f"sim://{self.prefix.rstrip('/')}"
         self.scope, self.retry_creates, self.page = scope, retry_creates, page
+        self.torn = torn
         if self.bucket.flavour == "gcs":
             self.exclusive_create_via = "gcs-generation"  # type: ignore[misc]
 
@@ -51,10 +60,25 @@ class SimObjects(ObjectIO):
         return self.prefix + name
 
     def _request(self, what: str, effect: Callable[[], Any], *, retry: bool = True) -> Any:
+        return self._attempts(what, lambda: self.scheduler.call(what, effect), retry=retry)
+
+    def _torn(
+        self, what: str, first: Callable[[], Any], then: Callable[[Any], Any], *, retry: bool = True
+    ) -> Any:
+        """One request that takes effect in two steps: ``first``, then ``then``
+        with what ``first`` returned, each scheduled on its own."""
+
+        def attempt() -> Any:
+            found = self.scheduler.call(f"{what} (first step)", first)
+            return self.scheduler.call(f"{what} (second step)", lambda: then(found))
+
+        return self._attempts(what, attempt, retry=retry)
+
+    def _attempts(self, what: str, send: Callable[[], Any], *, retry: bool) -> Any:
         self.count(what.split(" ", 1)[0])
         for attempt in range(1, ATTEMPTS + 1):
             try:
-                return self.scheduler.call(what, effect)
+                return send()
             except (Lost, TimedOut, Throttled):
                 if not retry or attempt == ATTEMPTS:
                     raise
@@ -91,20 +115,33 @@ class SimObjects(ObjectIO):
     def create(self, name: str, data: bytes) -> None:
         key = self._key(name)
         try:
-            self._request(
-                f"put {key}",
-                lambda: self.bucket.put(key, data, if_none_match=True),
-                retry=self.retry_creates,
-            )
+            if "create" in self.torn:
+                self._torn(
+                    f"put {key}",
+                    lambda: self.bucket.put(key, b"", if_none_match=True, dry_run=True),
+                    lambda _: self.bucket.put(key, data),
+                    retry=self.retry_creates,
+                )
+            else:
+                self._request(
+                    f"put {key}",
+                    lambda: self.bucket.put(key, data, if_none_match=True),
+                    retry=self.retry_creates,
+                )
         except Status as exc:
             raise FileExistsError(name) from exc
 
     def copy(self, src: str, dst: str) -> None:
+        source, target = self._key(src), self._key(dst)
         try:
-            self._request(
-                f"copy {self._key(src)} {dst}",
-                lambda: self.bucket.copy(self._key(src), self._key(dst)),
-            )
+            if "copy" in self.torn:
+                self._torn(
+                    f"copy {source} {dst}",
+                    lambda: self.bucket.get(source),
+                    lambda data: self.bucket.put(target, data),
+                )
+            else:
+                self._request(f"copy {source} {dst}", lambda: self.bucket.copy(source, target))
         except Status as exc:
             raise FileNotFoundError(src) from exc
 
@@ -142,5 +179,6 @@ class SimObjects(ObjectIO):
             f"{parent}/{name}",
             scope=self.scope,
             retry_creates=self.retry_creates,
+            torn=self.torn,
             page=self.page,
         )

@@ -44,6 +44,8 @@ class Plan:
     #: The client library re-sends an exclusive create whose response was lost
     #: (s3fs and gcsfs do, unless vsqs's adapters stop them).
     retry_creates: bool = False
+    #: Requests the bucket applies in two steps (``SimObjects``): "create", "copy".
+    torn: frozenset[str] = frozenset()
     page: int = 4
 
 
@@ -116,6 +118,7 @@ def _run(plan: Plan) -> Report:
             f"{prefix}/{name}",
             scope=scope,
             retry_creates=plan.retry_creates,
+            torn=plan.torn,
             page=plan.page,
         )
         ios.append(made)
@@ -226,11 +229,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("seeds", type=int, nargs="+")
     parser.add_argument("--flavour", default="aws", choices=("aws", "ceph", "gcs"))
     parser.add_argument("--retry-creates", action="store_true")
+    parser.add_argument(
+        "--torn", action="append", default=[], choices=("create", "copy"),
+        help="the bucket applies these requests in two steps (repeatable)",
+    )  # fmt: skip
     parser.add_argument("--trace", action="store_true", help="print the schedule")
     args = parser.parse_args(argv)
     failed = 0
     for seed in args.seeds:
-        plan = Plan(seed, args.flavour, retry_creates=args.retry_creates)
+        plan = Plan(seed, args.flavour, retry_creates=args.retry_creates, torn=frozenset(args.torn))
         report = run(plan)
         if args.trace:
             print("\n".join(report.trace))
