@@ -31,8 +31,9 @@ BUDGET = float(os.environ.get("VSQS_SIM_SECONDS", "12"))
 #: The first seed of the random schedules (``VSQS_SIM_FIRST_SEED`` overrides: a
 #: long run elsewhere explores other seeds than the suite's).
 FIRST_SEED = int(os.environ.get("VSQS_SIM_FIRST_SEED", "100000"))
-#: Fewer schedules than this in the budget would mean the simulation stalled.
-FLOOR = 20
+#: Schedules run per flavour however long they take (a busy machine runs
+#: fewer in the budget; a stalled schedule trips the scheduler's watchdog).
+MIN_SCHEDULES = 20
 #: Schedules a planted bug gets to be found in.
 MUTANT_SEEDS = 300
 
@@ -40,16 +41,15 @@ MUTANT_SEEDS = 300
 def schedules(flavour: str, first: int) -> Iterator[Report]:
     deadline = time.monotonic() + BUDGET
     seed = first
-    while time.monotonic() < deadline:
+    while seed - first < MIN_SCHEDULES or time.monotonic() < deadline:
         yield run(Plan(seed, flavour))
         seed += 1
 
 
 @pytest.mark.parametrize("flavour", ["aws", "ceph", "gcs"])
 def test_random_schedules_keep_every_promise(flavour: str) -> None:
-    failed, ran = [], 0
+    failed = []
     for report in schedules(flavour, FIRST_SEED):
-        ran += 1
         if not report.verdict:
             failed.append(report)
             if len(failed) == 3:
@@ -58,7 +58,6 @@ def test_random_schedules_keep_every_promise(flavour: str) -> None:
         "\n".join(str(r) for r in failed)
         + f"\nreplay: python -m tests.sim {failed[0].plan.seed} --flavour {flavour}"
     )
-    assert ran >= FLOOR, f"only {ran} schedules in {BUDGET:.0f} s"
 
 
 #: Seeds at which the simulation, run on format 1 (``docs/reliability.md``
