@@ -4,6 +4,7 @@ import pytest
 
 from vsqs.testing import FakeClock
 
+from ._spark_session import spark  # noqa: F401 - one SparkSession for every Spark test
 from .servers import ceph_server, gcs_server, memory_server, s3_proxy, s3_server
 
 #: ``pytester`` runs the shipped conformance suites on a third-party store.

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,26 +33,6 @@ from vsqs.spark._stream import QueueStreamReader  # noqa: E402
 from ._fault_proxy import FaultProxy, Gate  # noqa: E402
 from .servers import Server  # noqa: E402
 from .test_processes import wait_until  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("vsqs-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    try:
-        yield session
-    finally:
-        session.stop()
 
 
 def listing(path: Path) -> list[str]:
@@ -382,13 +360,13 @@ def test_consume_counts_receipts_that_expired_during_a_batch(
 
     taken: list[vsqs.Message] = []
 
-    def slow_sink(df: DataFrame, batch_id: int) -> None:
-        df.count()
-        time.sleep(1.2)  # past the visibility timeout: another consumer takes them
+    def sink(df: DataFrame, batch_id: int) -> None:
+        # A visibility timeout of 0 has run out already (and has no heartbeat):
+        # another consumer takes them.
         taken.extend(q.receive_batch(10, visibility_timeout=600))
 
     report = vsqs.spark.consume(
-        spark, str(tmp_path / "q"), slow_sink, visibility_timeout=1, max_batches=1
+        spark, str(tmp_path / "q"), sink, visibility_timeout=0, max_batches=1
     )
     assert (report.batches, report.messages, report.expired) == (1, 3, 3)
     assert len(taken) == 3 and q.stats().in_flight == 3, "the new holder's messages were deleted"

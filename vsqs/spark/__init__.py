@@ -17,10 +17,10 @@ except ImportError as exc:  # name the extra, as the s3 and gcs backends do
         name=exc.name,
     ) from None
 
-from ._consume import consume
+from ._consume import ConsumeReport, consume
 from ._source import VsqsDataSource
 
-__all__ = ["VsqsDataSource", "consume", "register"]
+__all__ = ["ConsumeReport", "VsqsDataSource", "consume", "register"]
 
 
 def register(spark: object) -> None:
