@@ -4,6 +4,7 @@ import pytest
 
 from vsqs.testing import FakeClock
 
+from ._spark_cluster import spark_cluster
 from ._spark_session import spark  # noqa: F401 - one SparkSession for every Spark test
 from .servers import ceph_server, gcs_server, memory_server, s3_proxy, s3_server
 
@@ -18,6 +19,7 @@ __all__ = [
     "memory_server",
     "s3_proxy",
     "s3_server",
+    "spark_cluster",
 ]
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from ._config import retry_delays, seconds
 from ._errors import ReceiptExpired, VsqsError
+from ._fanout import fan_out
 from ._message import Message
 from ._names import MsClock
 
@@ -206,13 +207,16 @@ def settle(queue: Queue, message: Message, *, failed: bool, delay: float = 0) ->
 
 
 class Heartbeat:
-    """One background thread per ``consume`` call that keeps the message being
-    handled invisible, extending it every third of the visibility timeout."""
+    """One background thread per ``consume`` call that keeps the messages being
+    handled invisible, extending them every third of the visibility timeout
+    (side by side on object stores, as a batch's other requests). A message
+    whose extend fails (someone else received it meanwhile) is dropped with a
+    warning; the others are kept."""
 
     def __init__(self, queue: Queue, visibility_timeout: float) -> None:
         self._queue, self._vt = queue, visibility_timeout
         self._changed = threading.Condition()
-        self._message: Message | None = None
+        self._messages: list[Message] = []
         self._extended_at = 0.0
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="vsqs-heartbeat", daemon=True)
@@ -229,18 +233,18 @@ class Heartbeat:
         if self._thread.is_alive():
             self._thread.join()
 
-    def watch(self, message: Message | None) -> None:
-        """Keep ``message`` invisible from now on (``None``: stop)."""
+    def watch(self, *messages: Message) -> None:
+        """Keep ``messages`` invisible from now on (none: stop). Returns once
+        no extend of the previous ones is under way."""
         with self._changed:
-            self._message, self._extended_at = message, time.monotonic()
+            self._messages, self._extended_at = list(messages), time.monotonic()
             self._changed.notify()
 
     def _run(self) -> None:
         interval = self._vt / 3
         with self._changed:
             while not self._closed:
-                message = self._message
-                if message is None:
+                if not self._messages:
                     self._changed.wait()
                     continue
                 remaining = self._extended_at + interval - time.monotonic()
@@ -248,15 +252,22 @@ class Heartbeat:
                     self._changed.wait(remaining)
                     continue
                 self._extended_at = time.monotonic()
-                if message.settled:
-                    continue
-                try:
-                    self._queue.extend(message, self._vt)
-                except VsqsError as exc:
-                    log.warning(
-                        "%s: heartbeat for %s stopped: %s", self._queue.url, message.id, exc
-                    )
-                    self._message = None
+                self._messages = self._extend([m for m in self._messages if not m.settled])
+
+    def _extend(self, messages: list[Message]) -> list[Message]:
+        """Extend ``messages``; return those still held."""
+        outcomes = fan_out(
+            lambda m: self._queue.extend(m, self._vt), messages, self._queue.store.batch_width
+        )
+        kept: list[Message] = []
+        for message, outcome in zip(messages, outcomes, strict=True):
+            try:
+                outcome.result()
+            except VsqsError as exc:
+                log.warning("%s: heartbeat for %s stopped: %s", self._queue.url, message.id, exc)
+            else:
+                kept.append(message)
+        return kept
 
 
 class Run:
@@ -365,7 +376,7 @@ def consume(
             else:
                 failed = False
             finally:
-                heartbeat.watch(None)
+                heartbeat.watch()
             ok = settle(queue, message, failed=failed, delay=delay)
             run.held = None
             run.handled += 1

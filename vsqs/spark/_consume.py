@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
+
+from pyspark.sql import DataFrame
 
 from .. import _names as names
+from .._errors import InvalidArgument, ReceiptExpired
+from .._fanout import fan_out
 from .._message import Message
 from .._queue import Queue
-from .._worker import Backoff
+from .._worker import Backoff, FailureLog, Heartbeat, failure_log, visibility_seconds
 from ._read import SCHEMA
 
 log = logging.getLogger("vsqs")
+
+#: What ``process`` returns: nothing (every row succeeded), or the rows that
+#: failed, as a DataFrame with an ``id`` column or as an iterable of ids.
+Failed: TypeAlias = DataFrame | Iterable[str] | None
 
 
 @dataclass(frozen=True)
@@ -21,16 +29,20 @@ class ConsumeReport:
     """What :func:`consume` did."""
 
     batches: int
+    #: Messages received (handed to ``process``).
     messages: int
     #: Messages received again by someone else after their visibility timeout
     #: ran out during the batch: not deleted here, delivered again (at least once).
     expired: int
+    #: Rows ``process`` returned as failed: released after their backoff delay
+    #: (or dead-lettered by the queue's ``max_receives`` when received again).
+    failed: int
 
 
 def consume(
     spark: Any,
     url: str,
-    process: Callable[[Any, int], object],
+    process: Callable[[DataFrame, int], Failed],
     *,
     max_messages: int = 1000,
     visibility_timeout: float | None = None,
@@ -47,52 +59,51 @@ def consume(
     The driver receives up to ``max_messages`` (claims: nobody else receives
     them for ``visibility_timeout`` seconds) and hands them to ``process`` as a
     DataFrame with the columns of ``spark.read.format("vsqs")`` (``state`` is
-    ``in_flight``). Only when ``process`` returns are they deleted. If it
-    raises, they are released and the exception propagates: nothing is lost
-    and nothing is deleted early. Each message is released with the backoff
-    delay of :meth:`vsqs.Queue.consume` for its receive count
-    (``retry_delay``, ``max_retry_delay`` and ``jitter`` as there; the
-    queue's defaults unless given), so a job that is run again, or another
-    consumer, does not retry a failing batch in a tight loop; if ``process``
-    was interrupted (not an ``Exception``: Ctrl-C), they are visible again at once. A message whose
-    visibility timeout ran out while ``process`` ran, and that someone else
-    received meanwhile, is not deleted and comes again to its new holder, so
-    delivery is at least once: make ``process`` idempotent or give it a
-    visibility timeout longer than a batch takes.
+    ``in_flight``). While ``process`` runs, a heartbeat extends their
+    visibility every third of the timeout, so a slow batch keeps its claims.
+
+    ``process`` returns the rows that failed: ``None`` (none did), a DataFrame
+    with an ``id`` column (e.g. ``df.filter(...)``), or an iterable of ids.
+    Those are released, each after the backoff delay of
+    :meth:`vsqs.Queue.consume` for its receive count (``retry_delay``,
+    ``max_retry_delay`` and ``jitter`` as there; the queue's defaults unless
+    given), and logged as ``Queue.consume`` logs a failing handler; the
+    queue's ``max_receives`` dead-letters them when they are received again.
+    The others are deleted. An id that is not in the batch, or a return value
+    of another kind, is an :class:`~vsqs.InvalidArgument` and fails the batch.
+
+    If ``process`` raises (or fails the batch), the whole batch is released
+    after the backoff and the exception propagates: nothing is lost and
+    nothing is deleted early; if it was interrupted (not an ``Exception``:
+    Ctrl-C), the batch is visible again at once. A message whose visibility
+    timeout ran out anyway and that someone else received meanwhile is not
+    deleted and comes again to its new holder, so delivery is at least once:
+    make ``process`` idempotent.
 
     Stops when a receive (waiting up to ``wait`` seconds) finds nothing, or
     after ``max_batches`` batches. ``unsafe_claims`` opens a store that cannot
     make claims exclusive (see :class:`vsqs.Queue`).
     """
-    batches = messages = expired = 0
+    batches = messages = expired = failed = 0
     with Queue(
         url, storage_options=storage_options, create=False, unsafe_claims=unsafe_claims
     ) as queue:
+        vt = visibility_seconds(queue, visibility_timeout)
         backoff = Backoff(queue, retry_delay, max_retry_delay, jitter)
-        while max_batches is None or batches < max_batches:
-            got = queue.receive_batch(
-                max_messages, visibility_timeout=visibility_timeout, wait=wait
-            )
-            if not got:
-                break
-            frame = spark.createDataFrame([_row(m) for m in got], SCHEMA)
-            try:
-                process(frame, batches)
-            except Exception:
-                _release(got, backoff)
-                raise
-            except BaseException:
-                _release(got, None)
-                raise
-            acked = queue.delete_batch(got)  # side by side on object stores
-            if acked.failed:
-                raise next(iter(acked.failed.values()))
-            expired += len(acked.stale)
-            batches += 1
-            messages += len(got)
+        failures = failure_log(queue)
+        with Heartbeat(queue, vt) as heartbeat:
+            while max_batches is None or batches < max_batches:
+                got = queue.receive_batch(max_messages, visibility_timeout=vt, wait=wait)
+                if not got:
+                    break
+                failed_ids = _process(spark, process, queue, got, batches, heartbeat, backoff)
+                expired += _settle(queue, got, failed_ids, backoff, failures, batches)
+                batches += 1
+                messages += len(got)
+                failed += len(failed_ids)
     if expired:
         log.warning("%s: %d receipts expired before their batch succeeded", url, expired)
-    return ConsumeReport(batches, messages, expired)
+    return ConsumeReport(batches, messages, expired, failed)
 
 
 def _row(message: Message) -> tuple[Any, ...]:
@@ -106,10 +117,100 @@ def _row(message: Message) -> tuple[Any, ...]:
     )
 
 
-def _release(got: list[Message], backoff: Backoff | None) -> None:
-    """Release ``got`` after a failed batch: each after its backoff delay, or at once."""
-    for message in got:
+def _process(
+    spark: Any,
+    process: Callable[[DataFrame, int], Failed],
+    queue: Queue,
+    got: list[Message],
+    batch_id: int,
+    heartbeat: Heartbeat,
+    backoff: Backoff,
+) -> set[str]:
+    """Run ``process`` on a batch while the heartbeat holds it; return the ids
+    of the rows it failed. If it raises, release the batch (after the backoff,
+    or at once if interrupted) and re-raise."""
+    heartbeat.watch(*got)
+    try:
         try:
-            message.release(delay=0 if backoff is None else backoff.delay(message.receive_count))
-        except Exception as exc:  # it comes back at its expiry anyway
-            log.warning("%s: could not release after a failed batch: %s", message.id, exc)
+            frame = spark.createDataFrame([_row(m) for m in got], SCHEMA)
+            return _failed_ids(process(frame, batch_id), {m.id for m in got}, batch_id)
+        finally:
+            heartbeat.watch()
+    except Exception:
+        _release(queue, got, [backoff.delay(m.receive_count) for m in got])
+        raise
+    except BaseException:
+        _release(queue, got, [0.0] * len(got))
+        raise
+
+
+def _failed_ids(result: Failed, batch: set[str], batch_id: int) -> set[str]:
+    """The ids of the rows ``process`` says failed (checked to be in its batch)."""
+    if result is None:
+        return set()
+    if isinstance(result, DataFrame):
+        if "id" not in result.columns:
+            raise InvalidArgument(
+                f"process returned a DataFrame without an id column for batch {batch_id}: "
+                "return the failed rows (or their ids), or None"
+            )
+        ids: list[object] = [row[0] for row in result.select("id").collect()]
+    elif isinstance(result, str | bytes) or not isinstance(result, Iterable):
+        raise InvalidArgument(
+            f"process returned {type(result).__name__} for batch {batch_id}: return None, "
+            "the failed rows as a DataFrame with an id column, or an iterable of their ids"
+        )
+    else:
+        ids = list(result)
+    unknown = [i for i in ids if i not in batch]
+    if unknown:
+        raise InvalidArgument(
+            f"process returned {len(unknown)} failed ids that are not in batch {batch_id}, "
+            f"such as {unknown[0]!r}"
+        )
+    return {str(i) for i in ids}  # each is an id of the batch
+
+
+def _settle(
+    queue: Queue,
+    got: list[Message],
+    failed_ids: set[str],
+    backoff: Backoff,
+    failures: FailureLog,
+    batch_id: int,
+) -> int:
+    """Release the failed rows after their backoff, delete the others; return
+    how many receipts were stale (someone else received them meanwhile)."""
+    failed = [m for m in got if m.id in failed_ids]
+    delays = [backoff.delay(m.receive_count) for m in failed]
+    for message, delay in zip(failed, delays, strict=True):
+        failures.failed(message, RuntimeError(f"process failed its row in batch {batch_id}"), delay)
+    stale = _release(queue, failed, delays)
+    done = [m for m in got if m.id not in failed_ids]
+    acked = queue.delete_batch(done)  # side by side on object stores
+    if acked.failed:
+        raise next(iter(acked.failed.values()))
+    for message in done:
+        failures.succeeded(message)
+    return stale + len(acked.stale)
+
+
+def _release(queue: Queue, got: list[Message], delays: list[float]) -> int:
+    """Release each message after its delay, side by side on object stores;
+    return how many receipts were stale. A release that fails otherwise is
+    logged: the message comes back when its visibility timeout ends anyway."""
+    outcomes = fan_out(
+        lambda item: queue.release(item[0], delay=item[1]),
+        list(zip(got, delays, strict=True)),
+        queue.store.batch_width,
+    )
+    stale = 0
+    for message, outcome in zip(got, outcomes, strict=True):
+        error = outcome.exception()
+        if isinstance(error, ReceiptExpired):
+            stale += 1
+        elif isinstance(error, Exception):
+            log.warning("%s: could not release %s: %s", queue.url, message.id, error)
+        elif error is not None:
+            raise error
+    return stale
