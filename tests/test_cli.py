@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,40 +15,8 @@ import vsqs
 from vsqs import _names as names
 from vsqs._cli_load import pump_body
 
+from ._cli import VSQS, json_lines, ok, run, said
 from .servers import Server
-
-VSQS = shutil.which("vsqs", path=str(Path(sys.executable).parent)) or shutil.which("vsqs")
-
-
-def run(
-    *args: str,
-    input: bytes | str | None = None,
-    env: dict[str, str] | None = None,
-    cwd: Path | None = None,
-) -> subprocess.CompletedProcess[str]:
-    assert VSQS is not None, "the vsqs console script is not installed"
-    data = input.encode() if isinstance(input, str) else input
-    done = subprocess.run(
-        [VSQS, *args],
-        input=data if data is not None else b"",
-        capture_output=True,
-        env={**os.environ, **(env or {})},
-        cwd=cwd,
-        timeout=120,
-    )
-    return subprocess.CompletedProcess(
-        done.args, done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode()
-    )
-
-
-def ok(*args: str, **kwargs: Any) -> str:
-    done = run(*args, **kwargs)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
-def json_lines(text: str) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in text.splitlines()]
 
 
 # ----------------------------------------------------------------- messages
@@ -162,9 +128,9 @@ def test_purge_asks_first(tmp_path: Path) -> None:
     refused = run("purge", q, input="n\n")
     assert refused.returncode == 1 and "Delete all 3 messages" in refused.stderr
     assert vsqs.Queue(q).stats().ready == 3
-    assert "purged 3 messages" in ok("purge", q, input="y\n")
+    assert "purged 3 messages" in said("purge", q, input="y\n")
     ok("send", q, "d")
-    assert "purged 1 messages" in ok("purge", q, "--yes")
+    assert said("purge", q, "--yes") == f"purged 1 messages from {q}\n"
 
 
 def test_dead_letter_queues_listing_and_redrive(tmp_path: Path) -> None:
@@ -178,7 +144,7 @@ def test_dead_letter_queues_listing_and_redrive(tmp_path: Path) -> None:
     assert listed[q]["dead_letter"] == 1 and listed[dlq]["ready"] == 1
     table = ok("queues", str(tmp_path))
     assert table.splitlines()[0].split()[:2] == ["QUEUE", "READY"]
-    assert "moved 1 messages" in ok("redrive", dlq, q)
+    assert said("redrive", dlq, q) == f"moved 1 messages from {dlq} to {q}\n"
     assert ok("receive", q) == "poison\n"
 
 
@@ -192,7 +158,7 @@ def test_a_redrive_into_itself_is_refused_and_a_missing_dead_letter_queue_holds_
     done = run("redrive", q, q)  # run() gives up after 120 s
     assert done.returncode == 1
     assert done.stderr == f"vsqs: error: cannot redrive {q} into itself\n"
-    assert "moved 0 messages" in ok("redrive", str(tmp_path / "never-created"), q)
+    assert "moved 0 messages" in said("redrive", str(tmp_path / "never-created"), q)
     assert not (tmp_path / "never-created").exists()
     assert json.loads(ok("stats", q, "--json"))["ready"] == 1
 
@@ -215,8 +181,8 @@ def test_gc_removes_only_stale_leftovers_and_says_which(tmp_path: Path) -> None:
 
 def test_pump_and_sink(tmp_path: Path) -> None:
     q = str(tmp_path / "load")
-    assert "sent 500 messages" in ok("pump", q, "-n", "500", "--batch", "50", "--size", "64")
-    report = ok("sink", q, "--idle", "0.5")
+    assert "sent 500 messages" in said("pump", q, "-n", "500", "--batch", "50", "--size", "64")
+    report = said("sink", q, "--idle", "0.5")
     assert "500 messages from 1 producer(s)" in report
     assert "duplicates 0, out of order 0, gaps 0, foreign 0" in report
 
@@ -225,16 +191,15 @@ def test_sink_fails_on_messages_out_of_order(tmp_path: Path) -> None:
     q = str(tmp_path / "load")
     vsqs.Queue(q).send_batch([pump_body("p1", 1, 0), pump_body("p1", 0, 0), b"other"])
     done = run("sink", q, "--idle", "0.3")
-    assert done.returncode == 1, done.stdout
-    assert "out of order 1" in done.stdout and "foreign 1" in done.stdout
-    assert done.stderr.strip().splitlines() == [
-        "vsqs: error: sink found duplicates or messages out of order"
-    ]
+    assert done.returncode == 1, done.stderr
+    summary, error = done.stderr.splitlines()
+    assert "out of order 1" in summary and "foreign 1" in summary
+    assert error == "vsqs: error: sink found duplicates or messages out of order"
 
 
 @pytest.mark.slow
 def test_demo_runs_and_checks_itself(tmp_path: Path) -> None:
-    report = ok("demo", "-n", "400", "-c", "2", "--dir", str(tmp_path))
+    report = said("demo", "-n", "400", "-c", "2", "--dir", str(tmp_path))
     assert "400 sent, 400 acked by 2 consumers" in report
     assert "duplicates 0, lost 0" in report
 
@@ -242,7 +207,7 @@ def test_demo_runs_and_checks_itself(tmp_path: Path) -> None:
 # ---------------------------------------------------------- configuration
 def test_environment_defaults(tmp_path: Path) -> None:
     q = str(tmp_path / "q")
-    created = ok("create", q, env={"VSQS_VISIBILITY_TIMEOUT": "7"})
+    created = said("create", q, env={"VSQS_VISIBILITY_TIMEOUT": "7"})
     assert "visibility_timeout=7s" in created
     assert vsqs.Queue(q).config.visibility_timeout == 7
     logged = run("purge", q, "--yes", env={"VSQS_LOG_LEVEL": "info"})

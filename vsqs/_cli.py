@@ -1,8 +1,11 @@
 """The ``vsqs`` command line: one subcommand per queue operation.
 
-Exit codes: 0 ok, 1 an error (one line on stderr; ``-v`` adds the traceback),
-2 bad usage. Progress bars go to stderr and only when stdout and stderr are
-terminals. Nothing is read from a config file.
+Exit codes: 0 ok (also when the reader of stdout closes it: ``| head``), 1 an
+error (one line on stderr; ``-v`` adds the traceback), 2 bad usage, 130 and
+143 stopped by SIGINT and SIGTERM (one line on stderr says how far it got).
+Data goes to stdout, summaries to stderr (or, with ``--json``, to stdout as
+one JSON object). Progress bars go to stderr whenever it is a terminal.
+Nothing is read from a config file.
 """
 
 from __future__ import annotations
@@ -12,9 +15,9 @@ import json
 import logging
 import os
 import sys
-import time
 import traceback
 from collections.abc import Callable, Iterator
+from itertools import islice
 from typing import Any, BinaryIO
 
 import click
@@ -24,17 +27,18 @@ from ._cli_common import (
     max_option,
     open_queue,
     progress_bar,
-    progress_callback,
     queue_options,
-    storage_options,
-    unsafe_claims,
     verbose_option,
 )
-from ._cli_load import demo, pump, sink
-from ._dead_letter import redrive
+from ._cli_demo import demo
+from ._cli_interrupt import Interrupted, handling, interruptible, pending, release, take
+from ._cli_load import pump, sink
+from ._cli_move import move
+from ._cli_ops import gc, purge, queues, redrive_command, stats
+from ._cli_report import OutputClosed, Report, current_report, json_option, out, out_line
 from ._errors import ReceiptExpired, VsqsError
-from ._message import Message, QueueStats
-from ._registry import list_queues
+from ._message import Message
+from ._queue import Queue
 
 #: ``VSQS_LOG_LEVEL`` (DEBUG, INFO, WARNING, ERROR, CRITICAL) sets the log
 #: level when no -v is given.
@@ -42,11 +46,6 @@ LOG_LEVEL_ENV = "VSQS_LOG_LEVEL"
 
 
 # ------------------------------------------------------------------ output
-def _out(data: bytes) -> None:
-    sys.stdout.buffer.write(data)
-    sys.stdout.buffer.flush()
-
-
 def message_json(message: Message) -> str:
     doc: dict[str, Any] = {"id": message.id}
     if message.receipt is not None:
@@ -61,30 +60,7 @@ def message_json(message: Message) -> str:
 
 
 def _emit(message: Message, as_json: bool) -> None:
-    _out((message_json(message).encode() if as_json else message.body) + b"\n")
-
-
-def _age(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.1f} s"
-
-
-def stats_table(url: str, stats: QueueStats) -> str:
-    rows = [
-        ("queue", url),
-        ("ready", f"{stats.ready:,}"),
-        ("in flight", f"{stats.in_flight:,}"),
-        ("delayed", f"{stats.delayed:,}"),
-        ("being written", f"{stats.writing:,}"),
-        ("dead letter", "-" if stats.dead_letter is None else f"{stats.dead_letter:,}"),
-        ("oldest ready age", _age(stats.oldest_ready_age)),
-        ("next visible in", _age(stats.next_visible_in)),
-        ("in-flight expires in", _age(stats.in_flight_expires_in)),
-    ]
-    return "\n".join(f"{k:<21}{v}" for k, v in rows)
-
-
-def stats_json(url: str, stats: QueueStats) -> str:
-    return json.dumps({"queue": url, **stats.as_dict()})
+    out((message_json(message).encode() if as_json else message.body) + b"\n")
 
 
 # ---------------------------------------------------------------- commands
@@ -98,7 +74,9 @@ def main() -> None:
     QUEUE is a local path, file://, s3://bucket/name or gs://bucket/name.
     Credentials and endpoints come from each store's usual environment
     variables (AWS_*, GOOGLE_APPLICATION_CREDENTIALS, STORAGE_EMULATOR_HOST)
-    or from -o KEY=VALUE. Exit status: 0 ok, 1 error, 2 bad usage.
+    or from -o KEY=VALUE. Data goes to stdout, summaries to stderr (--json:
+    to stdout). Exit status: 0 ok, 1 error, 2 bad usage, 130/143 stopped by
+    SIGINT/SIGTERM.
     """
 
 
@@ -111,9 +89,14 @@ def main() -> None:
     "--max-receives", type=click.IntRange(1), metavar="N", help="Receives before dead-lettering."
 )
 @click.option("--dead-letter", metavar="QUEUE", help="Dead-letter queue (name or URL).")
+@json_option
 @queue_options
 def create(
-    url: str, visibility_timeout: float | None, max_receives: int | None, dead_letter: str | None
+    url: str,
+    visibility_timeout: float | None,
+    max_receives: int | None,
+    dead_letter: str | None,
+    as_json: bool,
 ) -> None:
     """Create QUEUE with these defaults (or check an existing one agrees)."""
     with open_queue(
@@ -124,10 +107,17 @@ def create(
         dead_letter=dead_letter,
     ) as queue:
         config = queue.config
-        click.echo(
-            f"{queue.url}: visibility_timeout={config.visibility_timeout:g}s "
-            f"max_receives={config.max_receives} dead_letter={config.dead_letter}"
-        )
+    Report(
+        lambda f: (
+            f"{f['queue']}: visibility_timeout={f['visibility_timeout']:g}s "
+            f"max_receives={f['max_receives']} dead_letter={f['dead_letter']}"
+        ),
+        as_json=as_json,
+        queue=queue.url,
+        visibility_timeout=config.visibility_timeout,
+        max_receives=config.max_receives,
+        dead_letter=config.dead_letter,
+    ).done()
 
 
 @main.command(short_help="Send messages: arguments, stdin or a file.")
@@ -171,7 +161,9 @@ def send(
     """Send each BODY, or stdin as one message, or one per line of --file.
 
     A body read from stdin loses one trailing newline unless --raw is given.
-    Prints the id of each message sent.
+    Prints the id of each message sent, a batch as soon as it is sent: stopped
+    by Ctrl-C or SIGTERM, it has printed the id of every message it sent (and
+    says how many on stderr).
     """
     if bodies and lines_file is not None:
         raise click.UsageError("give BODY arguments or --file, not both")
@@ -181,17 +173,38 @@ def send(
         if bodies:
             _out_ids(queue.send_batch(list(bodies), delay=delay))
         elif lines_file is None:
-            body = sys.stdin.buffer.read()
+            with interruptible():
+                body = sys.stdin.buffer.read()
             _out_ids([queue.send(body if raw else _strip_eol(body), delay=delay)])
         else:
-            with progress_bar("sent") as bar:
-                for chunk in _chunks((_strip_eol(line) for line in lines_file), batch):
-                    _out_ids(queue.send_batch(chunk, delay=delay))
-                    bar.update(len(chunk))
+            _send_lines(queue, lines_file, batch, delay)
+
+
+def _send_lines(queue: Queue, lines: BinaryIO, batch: int, delay: float) -> None:
+    """One message per line, ``batch`` lines at a time: a signal stops it
+    while it reads (the lines of a batch not sent yet are dropped), never
+    between a send and the printing of its ids."""
+    report = Report(_sent_text, sent=0, queue=queue.url)
+    rows = iter(lines)
+    with progress_bar("sent") as bar:
+        while True:
+            with interruptible():
+                chunk = list(islice(rows, batch))
+            if not chunk:
+                break
+            ids = queue.send_batch([_strip_eol(line) for line in chunk], delay=delay)
+            _out_ids(ids)
+            report.add("sent", len(ids))
+            bar.update(len(ids))
+    report.done(say=False)
+
+
+def _sent_text(f: dict[str, Any]) -> str:
+    return f"sent {f['sent']:,} messages to {f['queue']}"
 
 
 def _out_ids(ids: list[str]) -> None:
-    _out("".join(f"{i}\n" for i in ids).encode())
+    out("".join(f"{i}\n" for i in ids).encode())
 
 
 def _strip_eol(data: bytes) -> bytes:
@@ -199,17 +212,6 @@ def _strip_eol(data: bytes) -> bytes:
     if data.endswith(b"\r\n"):
         return data[:-2]
     return data[:-1] if data.endswith(b"\n") else data
-
-
-def _chunks(items: Iterator[bytes], size: int) -> Iterator[list[bytes]]:
-    chunk: list[bytes] = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
 
 
 @main.command(short_help="Receive messages: bodies or JSON lines.")
@@ -250,31 +252,63 @@ def receive(
 
     Without --delete each message comes back after its visibility timeout
     unless you delete it by its receipt (see --json). Prints nothing if the
-    queue has nothing visible within --wait.
+    queue has nothing visible within --wait. A message received but not
+    printed (stdout closed, Ctrl-C, SIGTERM) is released: visible again at once.
     """
     with open_queue(url) as queue:
-        got = 0
-        while got < max_messages:
-            batch = queue.receive_batch(
+        report = Report(_received_text, received=0, deleted=0 if delete else None, queue=queue.url)
+        while (got := report.fields["received"]) < max_messages:
+            batch = take(
+                queue,
                 min(100, max_messages - got),
                 visibility_timeout=visibility_timeout,
                 wait=wait if got == 0 else 0,
             )
             if not batch:
                 break
+            _hand_out(queue, batch, as_json=as_json, delete=delete, report=report)
+        report.done(say=False)
+
+
+def _received_text(f: dict[str, Any]) -> str:
+    deleted = "" if f["deleted"] is None else f" and deleted {f['deleted']:,}"
+    return f"printed {f['received']:,} messages from {f['queue']}{deleted}"
+
+
+def _hand_out(
+    queue: Queue, batch: list[Message], *, as_json: bool, delete: bool, report: Report
+) -> None:
+    """Print the messages; then release those not printed (the reader went
+    away, or a signal came) and, with ``delete``, delete those printed."""
+    printed = 0
+    try:
+        with interruptible():  # a write to a reader who waits
             for message in batch:
                 _emit(message, as_json)
-                if delete:
-                    message.delete()
-            got += len(batch)
+                printed += 1
+    finally:
+        release(queue, batch[printed:])
+        report.add("received", printed)
+        if delete and printed:
+            acked = queue.delete_batch(batch[:printed])
+            report.add("deleted", len(acked.deleted))
+            for error in acked.failed.values():
+                raise error
+            _report_stale([f"cannot delete: {r} is no longer current" for r in acked.stale])
 
 
 def _receipts(receipts: tuple[str, ...]) -> Iterator[str]:
     for receipt in receipts:
-        if receipt == "-":
-            yield from (line.strip() for line in sys.stdin if line.strip())
-        else:
+        if receipt != "-":
             yield receipt
+            continue
+        while True:
+            with interruptible():
+                line = sys.stdin.readline()
+            if not line:
+                break
+            if line.strip():
+                yield line.strip()
 
 
 def _each_receipt(receipts: tuple[str, ...], action: Callable[[str], object]) -> None:
@@ -324,10 +358,11 @@ def delete(url: str, receipts: tuple[str, ...]) -> None:
 def extend(url: str, receipt: str, visibility_timeout: float) -> None:
     """Keep a received message hidden longer; prints its new receipt."""
     with open_queue(url) as queue:
-        click.echo(queue.extend(receipt, visibility_timeout).receipt)
+        receipt = queue.extend(receipt, visibility_timeout).receipt or ""
+    out_line(receipt)
 
 
-@main.command(short_help="Give received messages back.")
+@main.command("release", short_help="Give received messages back.")
 @click.argument("url", metavar="QUEUE")
 @click.argument("receipts", metavar="RECEIPT...", nargs=-1, required=True)
 @click.option(
@@ -338,7 +373,7 @@ def extend(url: str, receipt: str, visibility_timeout: float) -> None:
     help="Seconds before it is visible again.",
 )
 @queue_options
-def release(url: str, receipts: tuple[str, ...], delay: float) -> None:
+def release_command(url: str, receipts: tuple[str, ...], delay: float) -> None:
     """Give received messages back (negative acknowledge), keeping their place."""
     with open_queue(url) as queue:
         _each_receipt(receipts, lambda r: queue.release(r, delay=delay))
@@ -356,166 +391,77 @@ def peek(url: str, max_messages: int, as_json: bool) -> None:
             _emit(message, as_json)
 
 
-@main.command(short_help="Counts by state and ages; --watch.")
-@click.argument("url", metavar="QUEUE")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object (a line per refresh).")
-@click.option("-w", "--watch", is_flag=True, help="Refresh until interrupted.")
-@click.option(
-    "--interval",
-    type=click.FloatRange(0.1),
-    metavar="NUMBER",
-    default=2.0,
-    show_default=True,
-    help="Seconds between refreshes with --watch.",
-)
-@click.option(
-    "--count", type=click.IntRange(1), metavar="N", help="With --watch: stop after this many."
-)
-@queue_options
-def stats(url: str, as_json: bool, watch: bool, interval: float, count: int | None) -> None:
-    """Show the queue's counts by state and the ages an operator graphs."""
-    refresh = watch and not as_json and sys.stdout.isatty()  # redraw in place
-    gap = watch and not as_json and not refresh  # a blank line between tables
-    with open_queue(url) as queue:
-        shown = 0
-        try:
-            while True:
-                figures = queue.stats()
-                if refresh:
-                    click.clear()
-                text = (stats_json if as_json else stats_table)(queue.url, figures)
-                click.echo(text + "\n" * gap)
-                shown += 1
-                if not watch or (count is not None and shown >= count):
-                    return
-                time.sleep(interval)
-        except KeyboardInterrupt:
-            return
-
-
-@main.command(short_help="Delete every message (asks first).")
-@click.argument("url", metavar="QUEUE")
-@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
-@queue_options
-def purge(url: str, yes: bool) -> None:
-    """Delete every message of QUEUE, in every state."""
-    with open_queue(url) as queue:
-        if not yes:
-            figures = queue.stats()
-            total = figures.ready + figures.in_flight + figures.delayed
-            click.confirm(f"Delete all {total:,} messages of {queue.url}?", abort=True, err=True)
-        with progress_callback("purged") as progress:
-            removed = queue.purge(progress=progress)
-        click.echo(f"purged {removed:,} messages from {queue.url}")
-
-
-@main.command("redrive", short_help="Move dead letters back to their queue.")
-@click.argument("dead_letter", metavar="DLQ")
-@click.argument("source", metavar="SOURCE")
-@max_option(None, "Move at most this many.")
-@queue_options
-def redrive_command(dead_letter: str, source: str, max_messages: int | None) -> None:
-    """Move visible messages from the dead-letter queue DLQ back to SOURCE."""
-    options = storage_options()
-    with progress_callback("moved") as progress:
-        moved = redrive(
-            dead_letter,
-            source,
-            storage_options=options,
-            max_messages=max_messages,
-            progress=progress,
-            unsafe_claims=unsafe_claims(),
-        )
-    click.echo(f"moved {moved:,} messages from {dead_letter} to {source}")
-
-
-@main.command(short_help="Remove what crashed clients left behind.")
-@click.argument("url", metavar="QUEUE")
-@queue_options
-def gc(url: str) -> None:
-    """Remove what crashed clients left behind; print each name removed.
-
-    Safe while producers and consumers run: a send under way is never removed.
-    """
-    with open_queue(url) as queue, progress_callback("checked") as progress:
-        removed = queue.gc(progress=progress)
-    for name in removed:
-        click.echo(name)
-    click.echo(f"removed {len(removed)} leftovers from {queue.url}", err=True)
-
-
-@main.command(short_help="List the queues under a root with counts.")
-@click.argument("root")
-@click.option("--json", "as_json", is_flag=True, help="JSON lines, one per queue.")
-@queue_options
-def queues(root: str, as_json: bool) -> None:
-    """List the queues directly under ROOT (a directory, bucket or prefix) with their counts."""
-    options = storage_options()
-    rows = []
-    for url in list_queues(root, storage_options=options):
-        with open_queue(url) as queue:
-            figures = queue.stats()
-        if as_json:
-            click.echo(stats_json(url, figures))
-        else:
-            rows.append((url, figures))
-    if as_json:
-        return
-    header = ("QUEUE", "READY", "IN FLIGHT", "DELAYED", "DEAD LETTER", "OLDEST READY")
-    table = [header] + [
-        (
-            url,
-            f"{s.ready:,}",
-            f"{s.in_flight:,}",
-            f"{s.delayed:,}",
-            "-" if s.dead_letter is None else f"{s.dead_letter:,}",
-            _age(s.oldest_ready_age),
-        )
-        for url, s in rows
-    ]
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    for row in table:
-        cells = [row[0].ljust(widths[0])] + [
-            c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
-        ]
-        click.echo("  ".join(cells).rstrip())
-
-
-for _command in (pump, sink, demo):
+for _command in (stats, purge, redrive_command, move, gc, queues, pump, sink, demo):
     main.add_command(_command)
 
 
+# -------------------------------------------------------------- the script
 def run(argv: list[str] | None = None) -> None:
     """The console script: click with one-line errors and conventional exit codes."""
     logging.basicConfig(format="vsqs: %(levelname)s: %(message)s", stream=sys.stderr)
     logging.getLogger("vsqs").setLevel(_env_level())
-    ctx_meta: dict[str, Any] = {}
-    try:
-        with main.make_context("vsqs", list(sys.argv[1:] if argv is None else argv)) as ctx:
-            ctx_meta = ctx.meta
-            main.invoke(ctx)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except _NO_ARGS_IS_HELP as exc:  # bare `vsqs`: the help, as click shows it (click >= 8.2)
+    meta: dict[str, Any] = {}
+    with handling():
+        try:
+            with main.make_context("vsqs", list(sys.argv[1:] if argv is None else argv)) as ctx:
+                meta = ctx.meta
+                main.invoke(ctx)
+        except BaseException as exc:  # each kind of end has its exit status
+            sys.exit(_ended(exc, meta))
+        if (signum := pending()) is not None:  # it came as the command finished its work
+            sys.exit(_ended(Interrupted(signum), meta))
+
+
+def _ended(exc: BaseException, meta: dict[str, Any]) -> int:
+    """Say in one line (at most) why the command ended early; its exit status."""
+    if isinstance(exc, click.exceptions.Exit):
+        return exc.exit_code
+    if isinstance(exc, Interrupted):
+        if (report := current_report(meta)) is not None:
+            report.ended_early(f"vsqs: interrupted by {exc.name}: ", {"interrupted": exc.name})
+        return exc.exit_code
+    if isinstance(exc, OutputClosed):
+        _silence_stdout()
+        return 0
+    if isinstance(exc, click.ClickException):
+        return _click_error(exc)
+    if isinstance(exc, VsqsError | OSError):
+        if meta.get("vsqs.traceback"):
+            traceback.print_exc()
+        _error(_one_line(exc), meta)
+        return 1
+    if isinstance(exc, click.Abort):
+        click.echo("vsqs: aborted", err=True)
+        return 1
+    raise exc  # SystemExit, and bugs: as Python shows them
+
+
+def _click_error(exc: click.ClickException) -> int:
+    if isinstance(exc, _NO_ARGS_IS_HELP):  # bare `vsqs`: the help, as click shows it
         exc.show()
-        sys.exit(exc.exit_code)
-    except click.UsageError as exc:
+    elif isinstance(exc, click.UsageError):
         where = exc.ctx.command_path if exc.ctx is not None else "vsqs"
         click.echo(f"{where}: error: {exc.format_message()} (try '{where} --help')", err=True)
-        sys.exit(2)
-    except click.Abort:
-        click.echo("vsqs: aborted", err=True)
-        sys.exit(1)
-    except click.ClickException as exc:
+        return 2
+    else:
         click.echo(f"vsqs: error: {exc.format_message()}", err=True)
-        sys.exit(exc.exit_code)
-    except (VsqsError, OSError) as exc:
-        if ctx_meta.get("vsqs.traceback"):
-            traceback.print_exc()
-        click.echo(f"vsqs: error: {_one_line(exc)}", err=True)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        sys.exit(130)
+    return exc.exit_code
+
+
+def _error(message: str, meta: dict[str, Any]) -> None:
+    """One line: the error, and how far the command got if it got anywhere."""
+    report = current_report(meta)
+    if report is not None and report.progressed:
+        report.ended_early(f"vsqs: error: {message}; so far: ", {"error": message})
+    else:
+        click.echo(f"vsqs: error: {message}", err=True)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's last flush is quiet."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 #: click >= 8.2 raises this for a group run without a command (older click
@@ -539,4 +485,4 @@ def _env_level() -> str:
     return level
 
 
-__all__ = ["main", "run"]
+__all__ = ["main", "message_json", "run"]

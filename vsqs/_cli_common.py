@@ -106,39 +106,57 @@ def unsafe_claims() -> bool:
     return bool(click.get_current_context().meta.get("vsqs.unsafe_claims"))
 
 
-def open_queue(url: str, *, create: bool = False, **queue_args: Any) -> Queue:
+def open_queue(
+    url: str, *, create: bool = False, one_of_two: bool = False, **queue_args: Any
+) -> Queue:
     """The queue at ``url`` with the command's ``-o`` options and ``--unsafe-claims``
-    (by default, only if it exists)."""
+    (by default, only if it exists).
+
+    ``one_of_two``: the command works on two queues (``move``, ``redrive``),
+    and the ``-o`` options are for the one on an object store; a local path
+    gets none.
+    """
+    options = storage_options()
+    if one_of_two and not _object_store_url(url):
+        options = None
     return Queue(
         url,
-        storage_options=storage_options(),
+        storage_options=options,
         create=create,
         unsafe_claims=unsafe_claims(),
         **queue_args,
     )
 
 
-def _quiet() -> bool:
-    """No bar unless stderr is a terminal (stdout may be a file or a pipe)."""
-    return not sys.stderr.isatty()
+def _object_store_url(url: str) -> bool:
+    scheme, sep, _ = url.partition("://")
+    return bool(sep) and scheme.lower() != "file"
+
+
+def progress_shown() -> bool:
+    """Whether progress bars are drawn: whenever stderr is a terminal (stdout
+    may be a file or a pipe)."""
+    return sys.stderr.isatty()
 
 
 @contextmanager
 def progress_bar(desc: str, total: int | None = None) -> Iterator[tqdm]:
     """A tqdm bar on stderr, shown only on a terminal."""
-    with tqdm(desc=desc, total=total, unit="msg", disable=_quiet(), leave=False) as bar:
+    with tqdm(desc=desc, total=total, unit="msg", disable=not progress_shown(), leave=False) as bar:
         yield bar
 
 
 @contextmanager
-def progress_callback(desc: str) -> Iterator[Progress]:
-    """A :data:`vsqs._message.Progress` callback that drives a bar."""
+def progress_callback(desc: str, step: Progress | None = None) -> Iterator[Progress]:
+    """A :data:`vsqs._message.Progress` callback that drives a bar, then calls ``step``."""
     with progress_bar(desc) as bar:
 
         def update(done: int, total: int | None) -> None:
             if total is not None and bar.total != total:
                 bar.total = total
             bar.update(done - bar.n)
+            if step is not None:
+                step(done, total)
 
         yield update
 

@@ -1,4 +1,4 @@
-"""Load commands of the ``vsqs`` command line: ``pump``, ``sink`` and ``demo``.
+"""Load commands of the ``vsqs`` command line: ``pump`` and ``sink``.
 
 ``pump`` writes bodies ``pump <producer> <seq> <padding>``; ``sink`` drains a
 queue, deletes what it receives and checks those bodies: no message it
@@ -8,25 +8,19 @@ deleted comes again (duplicates), and each producer's messages arrive in
 
 from __future__ import annotations
 
-import multiprocessing
 import secrets
-import shutil
-import sys
-import tempfile
 import time
-from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Any
 
 import click
 
 from ._cli_common import SECONDS, open_queue, progress_bar, queue_options
+from ._cli_interrupt import checkpoint, interruptible, take
+from ._cli_report import Report, json_option
 from ._message import Message
-from ._queue import Queue
 
 PUMP_PREFIX = b"pump "
-#: Seconds a demo consumer waits for more before it stops.
-DEMO_IDLE = 3.0
 
 
 def pump_body(producer: str, seq: int, size: int) -> bytes:
@@ -67,32 +61,45 @@ def pump_body(producer: str, seq: int, size: int) -> bytes:
     show_default=True,
     help="Messages per send_batch.",
 )
+@json_option
 @queue_options
-def pump(url: str, messages: int, rate: float, size: int, batch: int) -> None:
+def pump(url: str, messages: int, rate: float, size: int, batch: int, as_json: bool) -> None:
     """Send numbered messages as a load generator, showing the live rate.
 
-    Bodies are 'pump PRODUCER SEQ': `vsqs sink` checks them.
+    Bodies are 'pump PRODUCER SEQ': `vsqs sink` checks them. Ctrl-C or
+    SIGTERM stops it between two batches; the count it reports is exactly
+    what it sent.
     """
-    producer = secrets.token_hex(4)
-    sent = 0
     started = time.monotonic()
     with open_queue(url, create=True) as queue, progress_bar("pumped", messages or None) as bar:
-        try:
-            while not messages or sent < messages:
-                count = batch if not messages else min(batch, messages - sent)
-                if rate:
-                    ahead = started + sent / rate - time.monotonic()
-                    if ahead > 0:
-                        time.sleep(ahead)
-                queue.send_batch([pump_body(producer, sent + i, size) for i in range(count)])
-                sent += count
-                bar.update(count)
-        except KeyboardInterrupt:
-            pass
-    elapsed = time.monotonic() - started
-    click.echo(
-        f"pump: sent {sent:,} messages as producer {producer} in {elapsed:.2f} s "
-        f"({sent / max(elapsed, 1e-9):,.0f} msg/s)"
+        report = Report(
+            _pumped_text,
+            as_json=as_json,
+            queue=queue.url,
+            producer=secrets.token_hex(4),
+            sent=0,
+            seconds=0.0,
+        )
+        while not messages or report.fields["sent"] < messages:
+            sent = report.fields["sent"]
+            count = batch if not messages else min(batch, messages - sent)
+            if rate and (ahead := started + sent / rate - time.monotonic()) > 0:
+                with interruptible():
+                    time.sleep(ahead)
+            checkpoint()
+            queue.send_batch(
+                [pump_body(report.fields["producer"], sent + i, size) for i in range(count)]
+            )
+            report.add("sent", count)
+            report.fields["seconds"] = round(time.monotonic() - started, 3)
+            bar.update(count)
+    report.done()
+
+
+def _pumped_text(f: dict[str, Any]) -> str:
+    return (
+        f"pump: sent {f['sent']:,} messages as producer {f['producer']} in "
+        f"{f['seconds']:.2f} s ({f['sent'] / max(f['seconds'], 1e-9):,.0f} msg/s)"
     )
 
 
@@ -132,6 +139,19 @@ class SinkCheck:
         """Sequence numbers below a producer's highest that never arrived here."""
         return sum(max(seqs) + 1 - len(seqs) for seqs in self.seqs.values())
 
+    def figures(self, seconds: float) -> dict[str, Any]:
+        """What a sink reports after ``seconds`` of draining."""
+        return {
+            "received": self.received,
+            "producers": len(self.seqs),
+            "seconds": round(seconds, 3),
+            "redelivered": self.redelivered,
+            "duplicates": self.duplicates,
+            "out_of_order": self.out_of_order,
+            "gaps": self.gaps,
+            "foreign": self.foreign,
+        }
+
 
 @click.command(short_help="Drain a queue; check order and duplicates.")
 @click.argument("url", metavar="QUEUE")
@@ -156,6 +176,7 @@ class SinkCheck:
 @click.option(
     "--unordered", is_flag=True, help="Do not fail on order (several sinks share the queue)."
 )
+@json_option
 @queue_options
 def sink(
     url: str,
@@ -164,134 +185,40 @@ def sink(
     batch: int,
     visibility_timeout: float | None,
     unordered: bool,
+    as_json: bool,
 ) -> None:
     """Drain a queue (receive and delete), showing the live rate, and check
     `vsqs pump` messages for duplicates and order. Exits 1 on a violation."""
     check = SinkCheck()
-    started = time.monotonic()
-    last = started
+    started = last = time.monotonic()
     with open_queue(url) as queue, progress_bar("drained", messages) as bar:
-        try:
-            while messages is None or check.received < messages:
-                room = batch if messages is None else min(batch, messages - check.received)
-                got = queue.receive_batch(
-                    room, visibility_timeout=visibility_timeout, wait=min(idle, 0.5)
-                )
-                if not got:
-                    if time.monotonic() - last >= idle:
-                        break
-                    continue
-                for message in got:
-                    check.see(message)
-                    message.delete()
-                    check.acked(message)
-                bar.update(len(got))
-                last = time.monotonic()
-        except KeyboardInterrupt:
-            pass
-    elapsed = max(last - started, 1e-9)
-    click.echo(
-        f"sink: {check.received:,} messages from {len(check.seqs)} producer(s) in "
-        f"{elapsed:.2f} s ({check.received / elapsed:,.0f} msg/s); redeliveries "
-        f"{check.redelivered}, duplicates {check.duplicates}, out of order "
-        f"{check.out_of_order}, gaps {check.gaps}, foreign {check.foreign}"
-    )
+        report = Report(_sunk_text, as_json=as_json, queue=queue.url, **check.figures(0.0))
+        while messages is None or check.received < messages:
+            room = batch if messages is None else min(batch, messages - check.received)
+            got = take(queue, room, visibility_timeout=visibility_timeout, wait=min(idle, 0.5))
+            if not got:
+                if time.monotonic() - last >= idle:
+                    break
+                continue
+            for message in got:
+                check.see(message)
+                message.delete()
+                check.acked(message)
+            bar.update(len(got))
+            last = time.monotonic()
+            report.fields.update(check.figures(last - started))
+    report.done()
     if check.duplicates or (check.out_of_order and not unordered):
         raise click.ClickException("sink found duplicates or messages out of order")
 
 
-# -------------------------------------------------------------------- demo
-def _produce(url: str, count: int, batch: int) -> None:
-    with Queue(url) as queue:
-        for start in range(0, count, batch):
-            queue.send_batch(f"job {i}".encode() for i in range(start, min(count, start + batch)))
-
-
-def _consume(url: str, out: str, idle: float) -> None:
-    with Queue(url) as queue, open(out, "w") as log:
-
-        def handle(message: Message) -> None:
-            log.write(f"{message.id} {message.receive_count}\n")
-
-        queue.consume(handle, idle_timeout=idle)
-
-
-@click.command(short_help="Run a producer and N consumers; check them.")
-@click.option(
-    "--dir",
-    "directory",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Work directory (default: a fresh one under the system temp dir, removed after).",
-)
-@click.option(
-    "-n",
-    "--messages",
-    type=click.IntRange(1),
-    metavar="N",
-    default=20_000,
-    show_default=True,
-    help="Messages to send.",
-)
-@click.option(
-    "-c",
-    "--consumers",
-    type=click.IntRange(1),
-    metavar="N",
-    default=4,
-    show_default=True,
-    help="Consumer processes.",
-)
-@click.option(
-    "--batch",
-    type=click.IntRange(1),
-    metavar="N",
-    default=100,
-    show_default=True,
-    help="Producer send_batch size.",
-)
-def demo(directory: Path | None, messages: int, consumers: int, batch: int) -> None:
-    """Run one producer and N consumer processes on a local queue and check the result."""
-    keep = directory is not None
-    work = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="vsqs-demo-"))
-    url = str(work / "jobs")
-    Queue(url).close()
-    ctx = multiprocessing.get_context("spawn")
-    outs = [str(work / f"consumer-{i}.log") for i in range(consumers)]
-    started = time.monotonic()
-    procs = [ctx.Process(target=_produce, args=(url, messages, batch))]
-    procs += [ctx.Process(target=_consume, args=(url, out, DEMO_IDLE)) for out in outs]
-    for proc in procs:
-        proc.start()
-    with progress_bar("acked", messages) as bar:
-        while any(p.is_alive() for p in procs):
-            bar.update(sum(_count_lines(out) for out in outs) - bar.n)
-            time.sleep(0.2)
-        bar.update(sum(_count_lines(out) for out in outs) - bar.n)
-    elapsed = time.monotonic() - started - DEMO_IDLE  # consumers idle before they stop
-    seen: Counter[str] = Counter()
-    redelivered = 0
-    for out in outs:
-        for line in Path(out).read_text().splitlines():
-            message_id, count = line.split()
-            seen[message_id] += 1
-            redelivered += int(count) > 1
-    duplicates = sum(n - 1 for n in seen.values())
-    failed = [p.exitcode for p in procs if p.exitcode]
-    click.echo(
-        f"queue {url}: {messages} sent, {len(seen)} acked by {consumers} consumers "
-        f"in {elapsed:.2f} s ({len(seen) / max(elapsed, 1e-9):,.0f} msg/s); "
-        f"redeliveries {redelivered}, duplicates {duplicates}, lost {messages - len(seen)}"
+def _sunk_text(f: dict[str, Any]) -> str:
+    return (
+        f"sink: {f['received']:,} messages from {f['producers']} producer(s) in "
+        f"{f['seconds']:.2f} s ({f['received'] / max(f['seconds'], 1e-9):,.0f} msg/s); "
+        f"redeliveries {f['redelivered']}, duplicates {f['duplicates']}, out of order "
+        f"{f['out_of_order']}, gaps {f['gaps']}, foreign {f['foreign']}"
     )
-    if not keep:
-        shutil.rmtree(work, ignore_errors=True)
-    if failed or duplicates or len(seen) != messages:
-        click.echo(f"demo FAILED (process exit codes {failed})", err=True)
-        sys.exit(1)
 
 
-def _count_lines(path: str) -> int:
-    try:
-        with open(path, "rb") as f:
-            return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 16), b""))
-    except FileNotFoundError:
-        return 0
+__all__ = ["PUMP_PREFIX", "SinkCheck", "pump", "pump_body", "sink"]

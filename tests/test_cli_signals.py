@@ -1,0 +1,176 @@
+"""Ctrl-C and SIGTERM through the real console script: each command stops
+with one line saying how far it got, exactly, no traceback, and exit status
+130 or 143 (issue 16: ``send --file`` printed fewer ids than it sent,
+``pump`` reported one batch fewer, ``demo`` printed five tracebacks and left
+its directory behind)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+import vsqs
+
+from ._cli import (
+    DEADLINE,
+    backlog,
+    exit_status,
+    finish,
+    interrupted_midway,
+    ready,
+    start,
+    until,
+)
+
+SIGNALS = pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+
+
+def ids_in(url: str) -> list[str]:
+    with vsqs.Queue(url, create=False) as queue:
+        return [m.id for m in queue.peek(1_000_000)]
+
+
+@SIGNALS
+def test_send_from_an_open_pipe_prints_the_id_of_every_message_it_sent(
+    tmp_path: Path, signum: int
+) -> None:
+    q = str(tmp_path / "q")
+    ids_file = tmp_path / "ids"
+    with ids_file.open("wb") as ids:
+        proc = start("send", q, "--file", "-", "--batch", "1000", stdin=-1, stdout=ids, stderr=-1)
+        assert proc.stdin is not None
+        proc.stdin.write(b"line\n" * 2_500)  # two batches and a half; the pipe stays open
+        proc.stdin.flush()
+        ready(proc)
+        until(lambda: backlog(q) > 0, "a first message", proc)
+        os.kill(proc.pid, signum)
+        status, _, err = finish(proc)
+    printed = ids_file.read_text().split()
+    assert status == exit_status(signum)
+    assert sorted(printed) == sorted(ids_in(q)) and len(printed) in (1_000, 2_000)
+    name = signal.Signals(signum).name
+    assert err == f"vsqs: interrupted by {name}: sent {len(printed):,} messages to {q}\n"
+
+
+@SIGNALS
+@pytest.mark.parametrize("as_json", [False, True])
+def test_pump_reports_exactly_what_it_sent(tmp_path: Path, signum: int, as_json: bool) -> None:
+    q = str(tmp_path / "q")
+    proc = start(
+        "pump", q, "-n", "0", "--batch", "100", *["--json"] * as_json, stdout=-1, stderr=-1
+    )
+    ready(proc)
+    until(lambda: backlog(q) > 0, "a first message", proc)
+    os.kill(proc.pid, signum)
+    status, out, err = finish(proc)
+    assert status == exit_status(signum)
+    sent = len(ids_in(q))
+    name = signal.Signals(signum).name
+    (line,) = err.splitlines()
+    assert line.startswith(f"vsqs: interrupted by {name}: pump: sent {sent:,} messages as ")
+    if as_json:
+        report = json.loads(out)
+        assert report["sent"] == sent and report["interrupted"] == name
+    else:
+        assert out == ""
+
+
+@SIGNALS
+def test_an_interrupted_purge_says_how_many_it_deleted(tmp_path: Path, signum: int) -> None:
+    q = str(tmp_path / "q")
+    sent, done = interrupted_midway(signum, q, "purge", q, "--yes")
+    assert done.returncode == exit_status(signum) and done.stdout == ""
+    size = len(sent)
+    purged = size - backlog(q)
+    name = signal.Signals(signum).name
+    line = f"vsqs: interrupted by {name}: purged {purged:,} of {size:,} messages from {q}\n"
+    assert done.stderr == line
+
+
+@SIGNALS
+def test_an_interrupted_redrive_says_how_many_it_moved_and_holds_none(
+    tmp_path: Path, signum: int
+) -> None:
+    q, dlq = str(tmp_path / "jobs"), str(tmp_path / "jobs-dlq")
+    vsqs.Queue(q, max_receives=5, dead_letter="jobs-dlq").close()
+    sent, done = interrupted_midway(signum, dlq, "redrive", dlq, q, empty=(q,))
+    assert done.returncode == exit_status(signum) and done.stdout == ""
+    with vsqs.Queue(dlq) as queue:
+        left = queue.stats()
+    assert left.in_flight == 0, "messages stayed held in the dead-letter queue"
+    moved = len(sent) - left.ready
+    assert moved == backlog(q)
+    name = signal.Signals(signum).name
+    assert (
+        done.stderr == f"vsqs: interrupted by {name}: moved {moved:,} messages from {dlq} to {q}\n"
+    )
+
+
+@SIGNALS
+def test_an_interrupted_long_poll_says_it_received_nothing(tmp_path: Path, signum: int) -> None:
+    q = str(tmp_path / "q")
+    vsqs.Queue(q).close()
+    proc = start("receive", q, "--wait", "600", stdout=-1, stderr=-1)
+    ready(proc)
+    os.kill(proc.pid, signum)
+    status, out, err = finish(proc)
+    assert status == exit_status(signum) and out == ""
+    name = signal.Signals(signum).name
+    assert err == f"vsqs: interrupted by {name}: printed 0 messages from {q}\n"
+
+
+def group_gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("signum", "whole_group"),
+    [(signal.SIGINT, True), (signal.SIGTERM, False)],
+    ids=["ctrl-c-at-the-terminal", "sigterm-to-the-demo"],
+)
+def test_an_interrupted_demo_stops_its_processes_reports_and_removes_its_directory(
+    tmp_path: Path, signum: int, whole_group: bool
+) -> None:
+    """A Ctrl-C at a terminal reaches the whole process group; ``kill``
+    reaches the demo alone. Either way: one line, no traceback, no process
+    left, no directory left."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    proc = start(
+        "demo",
+        "-n",
+        "10000000",
+        "-c",
+        "2",
+        stdout=-1,
+        stderr=-1,
+        env={**os.environ, "TMPDIR": str(temp)},
+    )
+    ready(proc)
+
+    def sending() -> bool:  # (multiprocessing keeps files of its own in TMPDIR too)
+        return any(backlog(str(d / "jobs")) for d in temp.glob("vsqs-demo-*"))
+
+    until(sending, "messages", proc)
+    (os.killpg if whole_group else os.kill)(proc.pid, signum)
+    status, out, err = finish(proc)
+    assert status == exit_status(signum) and out == "", err
+    (line,) = err.splitlines()
+    name = signal.Signals(signum).name
+    assert line.startswith(f"vsqs: interrupted by {name}: queue {temp}/vsqs-demo-")
+    assert "acked by 2 consumers" in line and "duplicates 0, lost 0" in line
+    assert list(temp.iterdir()) == []
+    give_up = time.monotonic() + DEADLINE
+    while not group_gone(proc.pid):  # its processes (and multiprocessing's tracker)
+        assert time.monotonic() < give_up, "a process of the demo was left running"
+        time.sleep(0.05)

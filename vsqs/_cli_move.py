@@ -1,0 +1,134 @@
+"""``vsqs move SRC DST``: move messages between any two queues, losing none
+(the analogue of SQS's message move task).
+
+Each batch is received at SRC (hidden there, not deleted), sent to DST with
+``send_batch`` (durable when it returns), and only then deleted at SRC. A
+crash or an error between the send and the delete leaves the batch in both
+queues (at least once), never in neither; what is not deleted is released
+at SRC at once (after a crash: when its hold runs out). Run it again to
+resume.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ._cli_common import (
+    SECONDS,
+    max_option,
+    open_queue,
+    progress_bar,
+    progress_shown,
+    queue_options,
+)
+from ._cli_interrupt import checkpoint, release, take
+from ._cli_report import Report, json_option
+from ._errors import InvalidArgument
+from ._message import Message
+from ._queue import Queue
+
+
+@click.command(short_help="Move messages to another queue, losing none.")
+@click.argument("source", metavar="SRC")
+@click.argument("destination", metavar="DST")
+@max_option(None, "Move at most this many.")
+@click.option(
+    "--batch",
+    type=click.IntRange(1, 1000),
+    metavar="N",
+    default=100,
+    show_default=True,
+    help="Messages received, sent and deleted together.",
+)
+@click.option(
+    "--visibility-timeout",
+    type=SECONDS,
+    metavar="SECONDS",
+    help="Seconds a batch stays hidden at SRC while it moves (default: SRC's).",
+)
+@click.option(
+    "--create/--no-create",
+    default=True,
+    show_default=True,
+    help="Create DST if it does not exist.",
+)
+@json_option
+@queue_options
+def move(
+    source: str,
+    destination: str,
+    max_messages: int | None,
+    batch: int,
+    visibility_timeout: float | None,
+    create: bool,
+    as_json: bool,
+) -> None:
+    """Move the visible messages of SRC to DST (any two queues: local, S3, GCS),
+    losing none, until SRC has none left (or --max).
+
+    Each batch is sent to DST, durably, before it is deleted at SRC: a crash
+    in between leaves it in both queues, never in neither (at least once);
+    an error gives back to SRC what was not deleted. Run it again to resume.
+    Bodies move; DST gives them new ids, in SRC's order, and a receive count
+    of 0. Messages in flight or delayed at SRC stay there. Ctrl-C or SIGTERM
+    finishes or gives back the batch under way and says how many moved.
+    """
+    with (
+        open_queue(source, one_of_two=True) as src,
+        open_queue(destination, create=create, one_of_two=True) as dst,
+    ):
+        if src.url == dst.url:
+            raise InvalidArgument(f"cannot move {src.url} into itself")
+        report = Report(_moved_text, as_json=as_json, moved=0, source=src.url, destination=dst.url)
+        with progress_bar("moved", _total(src, max_messages)) as bar:
+            while max_messages is None or report.fields["moved"] < max_messages:
+                checkpoint()
+                room = batch
+                if max_messages is not None:
+                    room = min(room, max_messages - report.fields["moved"])
+                got = take(src, room, visibility_timeout=visibility_timeout)
+                if not got:
+                    break
+                moved = _move_batch(src, dst, got, report)
+                bar.update(moved)
+        report.done()
+
+
+def _moved_text(f: dict[str, Any]) -> str:
+    return f"moved {f['moved']:,} messages from {f['source']} to {f['destination']}"
+
+
+def _total(src: Queue, max_messages: int | None) -> int | None:
+    """How many the bar counts to (a listing of SRC, made only for a bar)."""
+    if not progress_shown():
+        return max_messages
+    ready = src.stats().ready
+    return ready if max_messages is None else min(ready, max_messages)
+
+
+def _move_batch(src: Queue, dst: Queue, batch: list[Message], report: Report) -> int:
+    """Send ``batch`` to ``dst``, then delete it at ``src``; return how many
+    were deleted. On any failure, release at ``src`` what is still held
+    there (what was sent is then in both queues)."""
+    try:
+        dst.send_batch([message.body for message in batch])
+        acked = src.delete_batch(batch)
+        report.add("moved", len(acked.deleted))
+        for error in acked.failed.values():
+            raise error
+    except BaseException:
+        release(src, batch)
+        raise
+    if acked.stale:
+        click.echo(
+            f"vsqs: warning: {len(acked.stale)} messages were received again at "
+            f"{src.url} after their hold ran out (try a longer --visibility-timeout): "
+            f"they were sent to {dst.url} and remain at {src.url}",
+            err=True,
+        )
+    return len(acked.deleted)
+
+
+__all__ = ["move"]
