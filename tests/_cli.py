@@ -7,6 +7,7 @@ waits for a fixed time.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -65,11 +66,28 @@ def json_lines(text: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines()]
 
 
+#: Commands :func:`start` started, for :func:`kill_leftovers`.
+_started: list[subprocess.Popen[bytes]] = []
+
+
 def start(*args: str, **popen: Any) -> subprocess.Popen[bytes]:
     """Start the console script (in a session of its own, as a shell job is)."""
     assert VSQS is not None, "the vsqs console script is not installed"
     popen.setdefault("stdin", subprocess.DEVNULL)
-    return subprocess.Popen([VSQS, *args], start_new_session=True, **popen)
+    proc = subprocess.Popen([VSQS, *args], start_new_session=True, **popen)
+    _started.append(proc)
+    return proc
+
+
+def kill_leftovers() -> None:
+    """SIGKILL whatever is left of every command :func:`start` started (its
+    whole session: a ``demo`` and its workers, a ``pump -n 0``), so a test
+    that failed half way leaves no process running."""
+    while _started:
+        proc = _started.pop()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def until(condition: Callable[[], object], what: str, proc: subprocess.Popen[bytes]) -> None:
@@ -154,6 +172,7 @@ def exit_status(signum: int) -> int:
 
 __all__ = [
     "DEADLINE",
+    "kill_leftovers",
     "VSQS",
     "backlog",
     "exit_status",

@@ -102,6 +102,20 @@ def test_peek_changes_nothing(tmp_path: Path) -> None:
     assert vsqs.Queue(q).stats().ready == 3
 
 
+def test_peek_json_says_where_a_dead_letter_came_from(tmp_path: Path) -> None:
+    with vsqs.Queue(tmp_path / "jobs", max_receives=1, dead_letter="jobs-dlq") as q:
+        q.send("poison")
+        assert q.receive(visibility_timeout=0) is not None
+        assert q.receive() is None  # the second receive dead-letters it
+    (peeked,) = json_lines(ok("peek", str(tmp_path / "jobs-dlq"), "--json"))
+    origin = peeked["dead_lettered"]
+    assert origin["source"].endswith("/jobs") and origin["receive_count"] == 1
+    assert origin["at"].endswith("+00:00")
+    ok("send", str(tmp_path / "jobs"), "fine")
+    (plain,) = json_lines(ok("peek", str(tmp_path / "jobs"), "--json"))
+    assert plain["dead_lettered"] is None
+
+
 def test_receive_waits_and_prints_nothing_on_an_empty_queue(tmp_path: Path) -> None:
     q = str(tmp_path / "q")
     vsqs.Queue(q).close()

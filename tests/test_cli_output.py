@@ -55,7 +55,6 @@ def test_summaries_go_to_stderr_and_with_json_to_stdout(
     assert fields <= set(report)
 
 
-@pytest.mark.xfail(reason="needs redrive(force=) from the dlq branch", strict=False)
 def test_redrive_into_a_queue_that_does_not_name_the_dead_letter_queue_needs_force(
     tmp_path: Path,
 ) -> None:

@@ -52,6 +52,13 @@ def message_json(message: Message) -> str:
         doc["receipt"] = message.receipt
     doc["receive_count"] = message.receive_count
     doc["sent_at"] = message.sent_at.isoformat()
+    if message.receipt is None:  # peeked: where a dead letter came from, from the listing
+        origin = message.dead_lettered
+        doc["dead_lettered"] = origin and {
+            "source": origin.source,
+            "receive_count": origin.receive_count,
+            "at": origin.at.isoformat(timespec="milliseconds"),
+        }
     try:
         doc["body"] = message.body.decode()
     except UnicodeDecodeError:

@@ -226,8 +226,6 @@ def redrive_command(
     except QueueNotFound:  # never created: nothing was dead-lettered
         report.done()
         return
-    # force= only when asked: the library takes it from the dead-letter branch on.
-    forced: dict[str, Any] = {"force": True} if force else {}
     with (
         dlq,
         open_queue(source, one_of_two=True) as target,
@@ -238,7 +236,7 @@ def redrive_command(
             left = REDRIVE_STEP
             if max_messages is not None:
                 left = min(left, max_messages - report.fields["moved"])
-            moved = redrive(dlq, target, max_messages=left, **forced)
+            moved = redrive(dlq, target, max_messages=left, force=force)
             report.add("moved", moved)
             bar.update(moved)
             if not moved:

@@ -242,7 +242,7 @@ def _check_redrive(dlq: Queue, target: Queue, force: bool) -> None:
     has = "has no dead-letter queue" if named is None else f"dead-letters to {named}"
     raise InvalidArgument(
         f"refusing to redrive {dlq.url} into {target.url}: {target.url} {has}, not "
-        f"{dlq.url} (arguments swapped?); force=True redrives anyway"
+        f"{dlq.url} (arguments swapped?); force redrives anyway"
     )
 
 
