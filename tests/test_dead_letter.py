@@ -55,7 +55,7 @@ def test_a_redrive_with_swapped_arguments_is_refused_and_moves_nothing(
         vsqs.redrive(jobs, dlq)
     message = str(refused.value)
     assert "\n" not in message and str(jobs) in message and str(dlq) in message
-    assert "has no dead-letter queue" in message and "force=True" in message
+    assert "has no dead-letter queue" in message and "force redrives anyway" in message
     with vsqs.Queue(jobs) as q, vsqs.Queue(dlq) as dead:
         assert [m.id for m in q.peek()] == [live] and dead.stats().ready == 1
     assert vsqs.redrive(dlq, jobs) == 1  # the right way round
