@@ -9,7 +9,7 @@ again at once after the child exits can only have been released by it.
 from __future__ import annotations
 
 import os
-import select
+import selectors
 import signal
 import subprocess
 import sys
@@ -67,8 +67,9 @@ def test_a_stopped_worker_releases_what_it_holds_and_says_so_once(
     )
     try:
         assert child.stdout is not None
-        ready, _, _ = select.select([child.stdout], [], [], 120)
-        assert ready, "the worker never reached its handler"
+        with selectors.DefaultSelector() as waiting:  # (select() fails on descriptors > 1023)
+            waiting.register(child.stdout, selectors.EVENT_READ)
+            assert waiting.select(120), "the worker never reached its handler"
         held = child.stdout.readline().split()
         assert held[:1] == ["holding"], held
         child.send_signal(sent)
