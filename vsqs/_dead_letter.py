@@ -64,9 +64,9 @@ def move_in(
     store: Store, durable: bool, moved: names.Name, body: bytes, origin: bytes | None = None
 ) -> bool:
     """Publish in ``store`` a message moved from another queue (where its name
-    was ``moved``): visible, receive count 0. Under its id, or where names must
-    not recur (:attr:`Store.unique_names`), under the next version: a name it
-    never had. Returns whether it published.
+    was ``moved``): visible, receive count 0. Under its id (a ready name), or
+    where names must not recur (:attr:`Store.unique_names`), under the next
+    version: a name it never had. Returns whether it published.
 
     ``origin``: the record to write (:func:`write_origin`) before the message
     is published under an id, so that no copy is ever without one.
@@ -78,12 +78,12 @@ def move_in(
     trusted: it may be on its way out (a dead-lettering crossing a redrive),
     so the message is published again (at least once).
 
-    Where names must not recur, a second copy of the message in one queue
-    would share names with the first once both are claimed in the same ms:
-    so a copy published while another may exist (one was received here, or
-    a create's outcome was unknown and it may land later) gets a
-    :func:`~vsqs._names.sibling_id`, the same FIFO position under an id of
-    its own.
+    A second copy of the message in one queue would share its id with the
+    first (and, once both are claimed in the same ms, names): so a copy
+    published while another may exist (one was received here, or, where
+    names must not recur, a create's outcome was unknown and it may land
+    later) gets a :func:`~vsqs._names.sibling_id`, the same FIFO position
+    under an id of its own.
     """
     with storage_errors(f"moving {moved.id} into {store.url}"):
         received_here = False
@@ -93,11 +93,11 @@ def move_in(
                 if not here.receive_count:
                     return False
                 received_here = True
+        message_id = names.sibling_id(moved.id) if received_here else moved.id
         if not store.unique_names:
             if origin is not None:
-                write_origin(store, moved.id, origin)
-            return publish(store, durable, moved.id, body, moved.id, replace_new=True)
-        message_id = names.sibling_id(moved.id) if received_here else moved.id
+                write_origin(store, message_id, origin)
+            return publish(store, durable, message_id, body, message_id, replace_new=True)
         for _ in range(MOVE_ATTEMPTS):
             # Visible since it was sent, whatever the clock; a name that is
             # burned (a create of unknown outcome, which may land later: at
