@@ -24,6 +24,8 @@ import click
 
 from ._cli_common import (
     SECONDS,
+    batch_option,
+    create_option,
     max_option,
     open_queue,
     progress_bar,
@@ -140,20 +142,8 @@ def create(
 @click.option(
     "--delay", type=SECONDS, metavar="SECONDS", default=0, help="Seconds before it is visible."
 )
-@click.option(
-    "--batch",
-    type=click.IntRange(1, 10_000),
-    metavar="N",
-    default=100,
-    show_default=True,
-    help="Messages per send_batch with --file.",
-)
-@click.option(
-    "--create/--no-create",
-    default=True,
-    show_default=True,
-    help="Create QUEUE if it does not exist.",
-)
+@batch_option(100, 10_000, "Messages per send_batch with --file.")
+@create_option("QUEUE")
 @click.option("--raw", is_flag=True, help="Send stdin byte for byte (keep a final newline).")
 @queue_options
 def send(

@@ -85,6 +85,28 @@ def max_option(default: int | None, help: str) -> Callable[[F], F]:
     )
 
 
+def batch_option(default: int, most: int | None, help: str) -> Callable[[F], F]:
+    """``--batch N``: messages a command sends, receives or deletes together."""
+    return click.option(
+        "--batch",
+        type=click.IntRange(1, most),
+        metavar="N",
+        default=default,
+        show_default=True,
+        help=help,
+    )
+
+
+def create_option(what: str) -> Callable[[F], F]:
+    """``--create/--no-create``: whether a command creates ``what`` when it does not exist."""
+    return click.option(
+        "--create/--no-create",
+        default=True,
+        show_default=True,
+        help=f"Create {what} if it does not exist.",
+    )
+
+
 def verbose_option(fn: F) -> F:
     return click.option(
         "-v",

@@ -23,7 +23,7 @@ from typing import Any
 
 import click
 
-from ._cli_common import progress_bar
+from ._cli_common import batch_option, progress_bar
 from ._cli_interrupt import children_immune, interruptible, pending
 from ._cli_report import Report, json_option
 from ._message import Message
@@ -92,14 +92,7 @@ def _consume(url: str, out: str, idle: float, stop: c_byte) -> None:
     show_default=True,
     help="Consumer processes.",
 )
-@click.option(
-    "--batch",
-    type=click.IntRange(1),
-    metavar="N",
-    default=100,
-    show_default=True,
-    help="Producer send_batch size.",
-)
+@batch_option(100, None, "Producer send_batch size.")
 @json_option
 def demo(directory: Path | None, messages: int, consumers: int, batch: int, as_json: bool) -> None:
     """Run one producer and N consumer processes on a queue of the demo's own

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from ._cli_common import SECONDS, open_queue, progress_bar, queue_options
+from ._cli_common import SECONDS, batch_option, open_queue, progress_bar, queue_options
 from ._cli_interrupt import checkpoint, interruptible, take
 from ._cli_report import Report, json_option
 from ._message import Message
@@ -53,14 +53,7 @@ def pump_body(producer: str, seq: int, size: int) -> bytes:
     default=0,
     help="Pad bodies to at least this many bytes.",
 )
-@click.option(
-    "--batch",
-    type=click.IntRange(1, 10_000),
-    metavar="N",
-    default=1,
-    show_default=True,
-    help="Messages per send_batch.",
-)
+@batch_option(1, 10_000, "Messages per send_batch.")
 @json_option
 @queue_options
 def pump(url: str, messages: int, rate: float, size: int, batch: int, as_json: bool) -> None:
@@ -164,14 +157,7 @@ class SinkCheck:
     show_default=True,
     help="Stop after this many seconds without a message.",
 )
-@click.option(
-    "--batch",
-    type=click.IntRange(1, 1000),
-    metavar="N",
-    default=10,
-    show_default=True,
-    help="Messages per receive_batch.",
-)
+@batch_option(10, 1000, "Messages per receive_batch.")
 @click.option("--visibility-timeout", type=SECONDS, metavar="SECONDS", help="Default: the queue's.")
 @click.option(
     "--unordered", is_flag=True, help="Do not fail on order (several sinks share the queue)."

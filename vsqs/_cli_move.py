@@ -17,6 +17,8 @@ import click
 
 from ._cli_common import (
     SECONDS,
+    batch_option,
+    create_option,
     max_option,
     open_queue,
     progress_bar,
@@ -34,26 +36,14 @@ from ._queue import Queue
 @click.argument("source", metavar="SRC")
 @click.argument("destination", metavar="DST")
 @max_option(None, "Move at most this many.")
-@click.option(
-    "--batch",
-    type=click.IntRange(1, 1000),
-    metavar="N",
-    default=100,
-    show_default=True,
-    help="Messages received, sent and deleted together.",
-)
+@batch_option(100, 1000, "Messages received, sent and deleted together.")
 @click.option(
     "--visibility-timeout",
     type=SECONDS,
     metavar="SECONDS",
     help="Seconds a batch stays hidden at SRC while it moves (default: SRC's).",
 )
-@click.option(
-    "--create/--no-create",
-    default=True,
-    show_default=True,
-    help="Create DST if it does not exist.",
-)
+@create_option("DST")
 @json_option
 @queue_options
 def move(
