@@ -121,7 +121,8 @@ def test_consume_deletes_on_success_releases_on_error_and_keeps_long_handlers_hi
                 if message.body == b"flaky" and message.receive_count == 1:
                     raise RuntimeError("first attempt fails")
 
-            done = await q.consume(handler, idle_timeout=0.5, retry_delay=0.01)
+            # Four receives: three messages and the retry (no idle timeout to race).
+            done = await q.consume(handler, max_messages=4, retry_delay=0.01)
             assert (await q.stats()).ready == 0
         return done, seen
 

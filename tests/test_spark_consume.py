@@ -113,7 +113,8 @@ def test_a_slow_process_keeps_its_batch_with_a_heartbeat(
         wait_until(lambda: time.time() * 1000 > first + 500, 60, "the first timeout to run out")
         seen.append(other.receive_batch(100))
 
-    report = vsqs.spark.consume(spark, str(tmp_path / "q"), slow, visibility_timeout=2)
+    # A heartbeat every 2 s of a 6 s timeout: a busy machine may delay it 4 s.
+    report = vsqs.spark.consume(spark, str(tmp_path / "q"), slow, visibility_timeout=6)
     assert seen == [[]], "a second consumer received messages of a running batch"
     assert (report.messages, report.expired) == (20, 0)
     assert held(tmp_path / "q") == {}

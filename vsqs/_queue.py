@@ -648,8 +648,9 @@ class Queue:
         jitter"; ``jitter`` returns a float in [0, 1), ``random.random`` by
         default). ``retry_delay`` and ``max_retry_delay`` default to the
         queue's (1 s and 300 s unless set at creation). A message's first
-        failure in this call is logged at ERROR with its traceback, later
-        ones as one line with the receive count.
+        failure seen by this ``Queue`` object (in any of its ``consume``
+        calls) is logged at ERROR with its traceback, later ones as one line
+        with the receive count.
 
         Stops after ``max_messages`` messages received, once ``stop`` is set,
         or after ``idle_timeout`` seconds (on the queue's clock) in which no
