@@ -264,9 +264,13 @@ class Queue:
         location = self._dead_letter_location()
         if location is None:
             return None
-        return open_store(
-            location, None if isinstance(location, Store) else self._storage_options
-        ).url
+        store = (
+            location if isinstance(location, Store) else open_store(location, self._storage_options)
+        )
+        try:
+            return store.url
+        finally:
+            store.close()  # made here only to be named: nothing of it is kept
 
     @property
     def clock(self) -> Callable[[], float]:
