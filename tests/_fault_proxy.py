@@ -106,7 +106,7 @@ class Gate:
     paths in flight at once (an SDK's retry of a held request is one path).
 
     Requests sent one after another never overlap: the first waits out the
-    timeout alone, and ``most_in_flight`` stays 1.
+    timeout alone, the gate then opens, and ``most_in_flight`` stays 1.
     """
 
     def __init__(
@@ -127,7 +127,11 @@ class Gate:
             self.most_in_flight = max(self.most_in_flight, len(self._in_flight))
             self._open = self._open or len(self._in_flight) >= self.width
             self._changed.notify_all()
-            self._changed.wait_for(lambda: self._open, self.timeout)
+            if not self._changed.wait_for(lambda: self._open, self.timeout):
+                # Given up: requests sent one after another cost one timeout,
+                # not one each.
+                self._open = True
+                self._changed.notify_all()
 
     def leave(self, path: str) -> None:
         with self._changed:

@@ -62,18 +62,17 @@ class SparkCluster:
     #: Where the daemons keep their logs and work directories.
     home: Path
 
-    def run(
+    def start(
         self,
         argv: Sequence[str],
         *,
         env: dict[str, str] | None = None,
         cwd: Path | None = None,
-    ) -> subprocess.CompletedProcess[str]:
-        """Run a driver program (``argv``) in a process of its own, in this
+    ) -> subprocess.Popen[str]:
+        """Start a driver program (``argv``) in a process of its own, in this
         environment without ``PYTHONPATH``, updated with ``env``, with
         ``VSQS_SPARK_MASTER`` naming the cluster and the cluster's
-        ``spark-defaults.conf``; fail the test with its output if it exits
-        non-zero."""
+        ``spark-defaults.conf``."""
         run_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         run_env.update(
             env or {},
@@ -81,21 +80,41 @@ class SparkCluster:
             SPARK_LOCAL_IP="127.0.0.1",
             SPARK_CONF_DIR=str(self.home / "conf"),
         )
-        done = subprocess.run(
+        return subprocess.Popen(
             list(argv),
             env=run_env,
             cwd=cwd,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=DRIVER_DEADLINE,
             start_new_session=True,
         )
-        if done.returncode != 0:
+
+    def wait(self, driver: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:
+        """Wait for a driver program :meth:`start` started (at most
+        DRIVER_DEADLINE); fail the test with its output if it exits non-zero."""
+        try:
+            stdout, stderr = driver.communicate(timeout=DRIVER_DEADLINE)
+        except subprocess.TimeoutExpired:
+            with suppress(ProcessLookupError):
+                os.killpg(driver.pid, signal.SIGKILL)
+            stdout, stderr = driver.communicate()
+        if driver.returncode != 0:
             pytest.fail(
-                f"{argv[0]} exited with {done.returncode}:\n{done.stdout[-4000:]}\n"
-                f"{done.stderr[-8000:]}"
+                f"{driver.args[0]} exited with {driver.returncode}:\n{stdout[-4000:]}\n"
+                f"{stderr[-8000:]}"
             )
-        return done
+        return subprocess.CompletedProcess(driver.args, driver.returncode, stdout, stderr)
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """:meth:`start` a driver program and :meth:`wait` for it."""
+        return self.wait(self.start(argv, env=env, cwd=cwd))
 
 
 def spark_class() -> Path:

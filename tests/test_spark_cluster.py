@@ -9,20 +9,35 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import sysconfig
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import vsqs
+from vsqs import _names as names
 
 pq = pytest.importorskip("pyarrow.parquet", reason="the spark extra is part of .[test]")
 
-from ._spark_cluster import CHECKOUT, SparkCluster, checkout_env, spark_class  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
+
+from ._fault_proxy import FaultProxy, Gate  # noqa: E402
+from ._spark_cluster import (  # noqa: E402
+    CHECKOUT,
+    START_DEADLINE,
+    SparkCluster,
+    checkout_env,
+    spark_class,
+)
+from .servers import Server, proxied  # noqa: E402
 from .test_processes import wait_until  # noqa: E402
+from .test_spark import listing, run_stream, streamed  # noqa: E402
+from .test_spark_source import body_get  # noqa: E402
 
 JOBS = Path(__file__).with_name("_spark_jobs.py")
 
@@ -55,6 +70,81 @@ def test_consume_on_a_cluster_deletes_the_good_rows_and_dead_letters_the_failed_
     wait_until(lambda: q.receive() is None and dead.stats().ready == 3, 60, "the dead letters")
     assert {m.id for m in dead.peek(10)} == bad
     assert q.stats().ready == q.stats().in_flight == q.stats().delayed == 0
+
+
+def executor_of(pid: int) -> int:
+    """The executor JVM a Python worker runs under: its nearest ``java`` ancestor."""
+    while pid > 1:
+        if Path(f"/proc/{pid}/comm").read_text().strip() == "java":
+            return pid
+        pid = int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+    raise AssertionError("no JVM above the Python worker")
+
+
+def staged_bodies(queue: Path) -> list[bytes]:
+    """The bodies of the ``.new`` files in ``queue`` (a file being written may
+    be short; one being removed is skipped)."""
+    found = []
+    for name in listing(queue):
+        if name.endswith(names.NEW_SUFFIX):
+            with suppress(FileNotFoundError):
+                found.append((queue / name).read_bytes())
+    return found
+
+
+def test_a_write_that_loses_an_executor_publishes_each_row_once_and_holds_no_stream_back(
+    spark_cluster: SparkCluster, spark: SparkSession, tmp_path: Path
+) -> None:
+    """Issue 17, item 2, on executors: the second task's first attempt has
+    staged rows when its executor's JVM and Python worker are killed; Spark
+    retries the task elsewhere and the job succeeds. Each row is then
+    published once, nothing staged stays, and a stream sees every row."""
+    queue, victim = tmp_path / "q", tmp_path / "victim"
+    vsqs.Queue(queue).close()
+    job = [sys.executable, str(JOBS), "write_losing_an_executor", str(queue), str(victim)]
+    driver = spark_cluster.start(job, env=checkout_env())
+    try:
+        wait_until(
+            lambda: (
+                driver.poll() is not None
+                or (victim.exists() and any(b.startswith(b"doomed") for b in staged_bodies(queue)))
+            ),
+            START_DEADLINE,
+            "the doomed task's staging",
+        )
+        assert driver.poll() is None, "the job ended before its executor was lost"
+        worker = int(victim.read_text())
+        os.kill(executor_of(worker), signal.SIGKILL)
+        os.kill(worker, signal.SIGKILL)
+    finally:
+        done = spark_cluster.wait(driver)
+    assert result(done) == {"rows": 2000}
+    assert staged_bodies(queue) == [], "the lost task's staging outlived its job"
+    with vsqs.Queue(queue) as q:
+        sent = sorted(bytes(m.body).split(b" ")[:2] for m in q.peek(3000))
+    assert sent == sorted(
+        [b"row", b"%d" % i] if i < 1000 else [b"doomed", b"%d" % i] for i in range(2000)
+    )
+    run_stream(spark, queue, tmp_path / "out", tmp_path / "checkpoint")
+    assert len(set(streamed(spark, tmp_path / "out"))) == 2000
+
+
+def test_an_executor_reads_s3_bodies_side_by_side(
+    spark_cluster: SparkCluster, s3_server: Server
+) -> None:
+    """Issue 17, item 5, on executors: the proxy holds a task's first body GET
+    until a second one is in flight, which never happens if the task reads
+    them one at a time."""
+    url = s3_server.url()
+    with vsqs.Queue(url, storage_options=s3_server.storage_options) as q:
+        sent = q.send_batch([f"s3 {i}".encode() for i in range(40)])
+    with FaultProxy(s3_server.storage_options["client_kwargs"]["endpoint_url"]) as proxy:
+        gate = proxy.gate = Gate(body_get)
+        options = json.dumps(proxied(s3_server, proxy))
+        job = [sys.executable, str(JOBS), "read_one_partition", url, options]
+        done = spark_cluster.run(job, env=checkout_env())
+    assert gate.most_in_flight >= 2
+    assert result(done) == {"ids": sent, "last": "s3 39"}
 
 
 def python_without_vsqs(where: Path) -> Path:
