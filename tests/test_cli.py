@@ -250,6 +250,10 @@ def test_s3_queue_from_store_environment_and_options(s3_server: Server) -> None:
     (message,) = json_lines(ok("receive", url, "--json", "--delete", *options))
     assert message["body"] == "over s3"
     assert json.loads(ok("stats", url, "--json", env=env))["in_flight"] == 0
+    # Before: a TypeError traceback from botocore's session at the first request.
+    bad = run("send", url, "x", *options, "-o", "retries=3", "-o", "bogus=1")
+    assert bad.returncode == 1 and bad.stderr.count("\n") == 1, bad.stderr
+    assert "s3fs takes no storage option bogus, retries" in bad.stderr
 
 
 # ----------------------------------------------------------------- errors

@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from ._errors import UnsupportedStore
+from ._errors import InvalidArgument, UnsupportedStore
 from ._store_fsspec import FsspecObjects
 
 log = logging.getLogger("vsqs")
@@ -109,10 +109,25 @@ def _one_get() -> dict[str, Any]:
 _ONE_GET = _one_get()
 
 
+def _check_session_options(url: str, fs: Any) -> None:
+    """s3fs hands the storage options it does not know to botocore's session
+    at the first request, where they fail as a ``TypeError``: refuse them now,
+    in one line that names them."""
+    import aiobotocore.session
+
+    known = inspect.signature(aiobotocore.session.AioSession).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in known.values()):
+        return
+    unknown = sorted(set(getattr(fs, "kwargs", {})) - set(known))
+    if unknown:
+        raise InvalidArgument(f"{url}: s3fs takes no storage option {', '.join(unknown)}")
+
+
 class S3Objects(FsspecObjects):
     """A queue under ``bucket/prefix/name`` of an ``s3fs.S3FileSystem``."""
 
     def __init__(self, fs: Any, root: str, url: str, **kwargs: Any) -> None:
+        _check_session_options(url, fs)
         super().__init__(fs, root, url, **kwargs)
         self.bucket, _, prefix = self.root.partition("/")
         self.prefix = prefix + "/"
