@@ -229,6 +229,20 @@ def test_a_failed_write_publishes_nothing_and_leaves_no_staging(
     assert listing(tmp_path / "q") == [names.CONFIG_NAME], "a failed task left messages behind"
 
 
+def test_a_row_larger_than_the_queues_max_message_size_fails_the_write(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Before: it was published, and every receiver then passed it over."""
+    vsqs.Queue(tmp_path / "q", max_message_size=8).close()
+    rows = spark.createDataFrame([("8 bytes.",), ("nine byte",)], "body string").coalesce(1)
+    with pytest.raises(PySparkException, match=r"is 9 bytes; this queue takes at most 8"):
+        rows.write.format("vsqs").mode("append").save(str(tmp_path / "q"))
+    assert listing(tmp_path / "q") == [names.CONFIG_NAME]
+    rows.limit(1).write.format("vsqs").mode("append").save(str(tmp_path / "q"))
+    with vsqs.Queue(tmp_path / "q") as q:
+        assert [bytes(m.body) for m in q.peek(10)] == [b"8 bytes."]
+
+
 # --------------------------------------------- 3. a stream beside consumers
 def test_a_stream_offers_what_still_exists_once_it_settled(
     spark: SparkSession, tmp_path: Path

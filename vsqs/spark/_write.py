@@ -7,7 +7,8 @@ tasks stage ends in the job's nonce (:func:`job_nonce`), so the driver finds
 what the job staged in a listing, including what a lost executor's task
 staged and never reported: the commit removes those leftovers after
 publishing, and an abort removes everything the job staged. A failed task
-removes what it staged itself. What a dead driver leaves is removed by the
+removes what it staged itself; a row whose body is larger than the queue's
+``max_message_size`` fails its task (:class:`~vsqs.MessageTooLarge`). What a dead driver leaves is removed by the
 queue's garbage collection after its grace period (one hour), like any
 crashed sender's, and holds a stream back for at most a minute
 (``vsqs._inspect.STAGING_HOLD``).
@@ -28,7 +29,7 @@ from .. import _names as names
 from .._errors import InvalidArgument, InvalidBody
 from .._inspect import collect_stale_new
 from .._message import as_bytes
-from .._publish import commit, stage, unstage
+from .._publish import check_sizes, commit, stage, unstage
 from .._queue import Queue
 from .._store import Store
 from ._options import Options
@@ -84,11 +85,12 @@ class QueueWriter(DataSourceWriter):
         self.column = field.name
         self.job = job_nonce()
         # Make the queue (and its config) on the driver, before any task runs.
-        Queue(
+        with Queue(
             options.url,
             storage_options=options.storage_options,
             unsafe_claims=options.unsafe_claims,
-        ).close()
+        ) as queue:
+            self.max_size = queue.config.max_message_size
 
     def write(self, iterator: Iterator[Row]) -> Staged:
         store = open_existing(self.options)
@@ -99,7 +101,9 @@ class QueueWriter(DataSourceWriter):
                 body = row[self.column]
                 if body is None:
                     raise InvalidBody("a row's body is null: every message needs a body")
-                staged.append(stage(store, as_bytes(body), next_id))
+                data = as_bytes(body)
+                check_sizes([data], self.max_size)  # receivers would pass it over
+                staged.append(stage(store, data, next_id))
             if self.options.durable:
                 store.sync_files(names.new_name(i) for i in staged)
             return Staged(staged)
