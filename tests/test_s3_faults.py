@@ -512,3 +512,20 @@ def test_a_claim_that_outlasts_its_visibility_timeout_is_not_delivered(s3_server
         other = fast.receive(visibility_timeout=30)
         assert other is not None, "the message was not visible again after the timeout"
         assert late is None, f"{late.id} was delivered to two clients at once"
+
+
+def test_a_batch_whose_every_create_fails_names_the_stores_error(s3_server: Server) -> None:
+    """Every create answered 500, past the SDK's retries: each fresh name of
+    the batch's marker is burned, and the error says why. Before: only 'could
+    not mark a batch under 8 fresh ids'."""
+    url = s3_server.url()
+    endpoint = s3_server.storage_options["client_kwargs"]["endpoint_url"]
+    with FaultProxy(endpoint) as proxy, vsqs.Queue(open_through(s3_server, url, proxy)) as q:
+        proxy.arm("500", every=True, where=lambda method, path: method == "PUT")
+        with pytest.raises(
+            vsqs.StorageError, match="could not mark a batch under 8 fresh ids; the last create"
+        ) as info:
+            q.send_batch([BODY, BODY])
+        assert "(500)" in str(info.value)
+        proxy.arm(None)
+        assert q.stats().ready == 0

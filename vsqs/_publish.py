@@ -238,6 +238,7 @@ class Publisher:
         where its name was taken or burned. The first other error is raised
         once the chunk is written."""
         store = self._store
+        burned: FileExistsError | None = None
         for _ in range(SEND_ATTEMPTS):
             try:
                 with store.sending(self._clock.next_id()):  # a floor: later ids are above it
@@ -247,10 +248,12 @@ class Publisher:
                     items = list(zip(finals, chunk, strict=True))
                     errors = store.write_batch(items, fsync=self._durable)  # never raises OSError
                 break
-            except FileExistsError:  # the marker's name was burned: nothing written yet
-                continue
+            except FileExistsError as exc:  # the marker's name was burned: nothing written yet
+                burned = exc
         else:
-            raise StorageError(f"could not mark a batch under {SEND_ATTEMPTS} fresh ids")
+            cause = burned.__cause__ if burned is not None else None
+            why = f"; the last create failed: {cause}" if cause else ""
+            raise StorageError(f"could not mark a batch under {SEND_ATTEMPTS} fresh ids{why}")
         for final, error in zip(finals, errors, strict=True):
             if error is None:
                 self._published(final, visible_at)

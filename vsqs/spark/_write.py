@@ -8,10 +8,10 @@ what the job staged in a listing, including what a lost executor's task
 staged and never reported: the commit removes those leftovers after
 publishing, and an abort removes everything the job staged. A failed task
 removes what it staged itself; a row whose body is larger than the queue's
-``max_message_size`` fails its task (:class:`~vsqs.MessageTooLarge`). What a dead driver leaves is removed by the
-queue's garbage collection after its grace period (one hour), like any
-crashed sender's, and holds a stream back for at most a minute
-(``vsqs._inspect.STAGING_HOLD``).
+``max_message_size`` fails its task (:class:`~vsqs.MessageTooLarge`). What
+a dead driver leaves is removed by the queue's garbage collection after its
+grace period (one hour), like any crashed sender's, and holds a stream back
+for at most a minute (``vsqs._inspect.STAGING_HOLD``).
 """
 
 from __future__ import annotations
