@@ -10,6 +10,7 @@ import pytest
 
 import vsqs
 from vsqs import _names as names
+from vsqs import _receiver
 from vsqs._publish import Publisher
 from vsqs._receiver import IDLE_AFTER, POLL_INTERVAL, STALE_AFTER, Receiver, skip_bound
 
@@ -206,6 +207,37 @@ def test_an_idle_receiver_of_a_polled_store_looks_less_often_and_wakes_on_a_mess
     assert len(receiver.receive(1, VT_MS, 0)) == 1
     assert receiver.poll_interval() == POLL_INTERVAL  # something came: fast again
     assert Receiver(store, ms, 0, max_poll_interval=0.05).poll_interval() == 0.05
+
+
+class LateThread:
+    """The receiver's ``time`` module for a thread a busy machine runs late:
+    every sleep lasts half a second longer than asked, without real waiting; a
+    negative length raises, as ``time.sleep`` does."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        if seconds < 0:
+            raise ValueError("sleep length must be non-negative")
+        self.now += seconds + 0.5
+
+
+def test_a_long_poll_that_wakes_past_its_deadline_ends_empty(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: the wait after an idle look was computed from a deadline that
+    had passed, and ``time.sleep`` refused the negative length (a
+    ``ValueError`` out of ``receive`` on a machine at load 9)."""
+    store = PolledStore()
+    receiver, _ = engine(store, clock)
+    late = LateThread()
+    monkeypatch.setattr(_receiver, "time", late)
+    assert receiver.receive(1, VT_MS, POLL_INTERVAL + 0.6) == []
+    assert late.now > POLL_INTERVAL + 0.6
 
 
 def test_an_idle_receiver_lists_an_s3_queue_at_most_once_per_max_poll_interval(

@@ -457,7 +457,8 @@ class Receiver:
         at a polled store, whichever comes first (at most ``remaining``)."""
         c = self._candidates
         polled = self._store.polled
-        timeout = min(remaining, self.poll_interval() if polled else STALE_AFTER)
+        # ``remaining`` is below zero when this thread ran late past the deadline.
+        timeout = max(0.0, min(remaining, self.poll_interval() if polled else STALE_AFTER))
         next_expiry = c.next_expiry_ms()
         if next_expiry is not None:
             timeout = min(timeout, max(0.0, (next_expiry - self._clock.now_ms()) / 1000))
