@@ -53,16 +53,25 @@ def produce(
     seed: int,
     pause_every: int = 0,
     pause: float = 0.0,
+    hold: str = "",
 ) -> None:
     """Send bodies ``"<producer>:<seq>"`` for seq in ``range(count)``, in order.
 
     ``mode`` is ``"single"`` (``send``), ``"batch"`` (``send_batch`` of 1-20)
-    or ``"mixed"``. Logs ``"<id> <body>"`` once each send returned.
+    or ``"mixed"``. Logs ``"<id> <body>"`` once each send returned. With
+    ``hold`` (a path), the second half waits until that file exists (at most
+    STALL_DEADLINE), so a consumer that creates it once it received runs
+    alongside the producer however the machine schedules them.
     """
     rng = random.Random(seed)
     with open_queue(url, durable=durable) as q, _open_log(log_path) as log:
         seq = 0
         while seq < count:
+            if hold and seq >= count // 2:
+                give_up = time.monotonic() + STALL_DEADLINE
+                while not os.path.exists(hold) and time.monotonic() < give_up:
+                    time.sleep(0.01)
+                hold = ""
             batch = mode == "batch" or (mode == "mixed" and rng.random() < 0.5)
             if batch:
                 bodies = [

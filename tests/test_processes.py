@@ -281,22 +281,28 @@ def test_short_visibility_timeout_redelivers_and_stale_receipts_fail(tmp_path: P
 
 # ------------------------------------------------------------------ 2. FIFO
 def consume_in_parent(
-    url: str, total: int, producers: list[Any], timeout: float = 40
+    url: str, total: int, producers: list[Any], go: Path
 ) -> tuple[list[vsqs.Message], int]:
-    """Receive (and delete) ``total`` messages as producers run.
+    """Receive (and delete) ``total`` messages as producers run; create ``go``
+    (the producers' ``hold``) once something arrived while one was alive.
 
-    Returns them in delivery order and how many arrived while a producer was alive.
+    Returns them in delivery order and how many arrived while a producer was
+    alive. Fails if no message arrives for STALL_DEADLINE.
     """
     rng = random.Random(5)
     got: list[vsqs.Message] = []
     while_producing = 0
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + _workers.STALL_DEADLINE
     with vsqs.Queue(url) as q:
         while len(got) < total:
             assert time.monotonic() < deadline, f"only {len(got)} of {total} messages arrived"
             alive = any(p.is_alive() for p in producers)
             batch = q.receive_batch(rng.choice([1, 1, 3, 10]), wait=0.5)
-            while_producing += len(batch) if alive else 0
+            if batch:
+                deadline = time.monotonic() + _workers.STALL_DEADLINE
+                if alive:
+                    while_producing += len(batch)
+                    go.touch()
             for msg in batch:
                 msg.delete()
             got += batch
@@ -318,25 +324,25 @@ def assert_many_foreign_kept(qdir: Path, count: int) -> None:
     assert queue_files(qdir) == {names.CONFIG_NAME} | {f"foreign-{i:05d}" for i in range(count)}
 
 
-@pytest.mark.timeout(60)
 def test_each_producers_messages_are_first_delivered_in_send_order(tmp_path: Path) -> None:
     qdir = tmp_path / "jobs"
     url = str(qdir)
     vsqs.Queue(url).close()
     plant_many_foreign(qdir, FIFO_FOREIGN)
     setups = [(600, "single", False), (600, "single", True), (600, "mixed", False)]
+    go = tmp_path / "go"  # producers finish only once the consumer received
     logs = [tmp_path / f"producer-{i}.log" for i in range(len(setups))]
     procs = [
         ctx.Process(
             target=_workers.produce,
-            args=(url, str(log), i, count, mode, durable, 50 + i, 40, 0.03),
+            args=(url, str(log), i, count, mode, durable, 50 + i, 40, 0.03, str(go)),
         )
         for i, ((count, mode, durable), log) in enumerate(zip(setups, logs, strict=True))
     ]
     with running(*procs):
-        got, while_producing = consume_in_parent(url, sum(c for c, _, _ in setups), procs)
+        got, while_producing = consume_in_parent(url, sum(c for c, _, _ in setups), procs, go)
         for proc in procs:
-            proc.join(30)
+            proc.join(_workers.STALL_DEADLINE)
             assert proc.exitcode == 0
     sent = read_sent(logs)
     assert while_producing > 0, "the consumer never ran alongside the producers"
@@ -352,7 +358,6 @@ def test_each_producers_messages_are_first_delivered_in_send_order(tmp_path: Pat
     assert_many_foreign_kept(qdir, FIFO_FOREIGN)
 
 
-@pytest.mark.timeout(60)
 def test_single_producer_and_consumer_concurrently_strict_order(tmp_path: Path) -> None:
     qdir = tmp_path / "jobs"
     url = str(qdir)
@@ -360,12 +365,14 @@ def test_single_producer_and_consumer_concurrently_strict_order(tmp_path: Path) 
     plant_many_foreign(qdir, FIFO_FOREIGN)
     count = 1000
     log = tmp_path / "producer.log"
+    go = tmp_path / "go"
     proc = ctx.Process(
-        target=_workers.produce, args=(url, str(log), 0, count, "mixed", True, 9, 50, 0.02)
+        target=_workers.produce,
+        args=(url, str(log), 0, count, "mixed", True, 9, 50, 0.02, str(go)),
     )
     with running(proc):
-        got, while_producing = consume_in_parent(url, count, [proc])
-        proc.join(30)
+        got, while_producing = consume_in_parent(url, count, [proc], go)
+        proc.join(_workers.STALL_DEADLINE)
         assert proc.exitcode == 0
     sent = read_sent([log])
     assert while_producing > 0, "the consumer never ran alongside the producer"
