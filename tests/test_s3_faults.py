@@ -424,13 +424,14 @@ def test_a_client_with_slow_claims_never_holds_a_message_together_with_another(
     s3_server: Server, finish_after: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two direct clients and one whose claim marker PUTs are answered 0.3 s late
-    race for 3 messages with a 0.4 s visibility timeout for 3 s, without acks (the
-    slow one receives first, alone). The surely-held intervals ``[got, asked + vt]``
-    of one message never overlap, every claim has a receive count of its own, and a
-    re-claim comes after the expiry written in the previous receipt."""
+    race for 3 messages with a visibility timeout of 0.4 s (more on a slow
+    machine) for 7.5 timeouts, without acks (the slow one receives first,
+    alone). The surely-held intervals ``[got, asked + vt]`` of one message
+    never overlap, every claim has a receive count of its own, and a re-claim
+    comes after the expiry written in the previous receipt."""
     if finish_after == "default":
         monkeypatch.setattr(_store_object, "FINISH_AFTER", DEFAULT_FINISH_AFTER)
-    vt, run_for = 0.4, 3.0
+    vt = run_for = 0.0  # set once the machine's speed is known, below
     url = s3_server.url()
     endpoint = s3_server.storage_options["client_kwargs"]["endpoint_url"]
     holds: list[Hold] = []
@@ -459,6 +460,15 @@ def test_a_client_with_slow_claims_never_holds_a_message_together_with_another(
         }
         ids = set(queues["fast-1"].send_batch([BODY] * 3))
         queues["slow"] = vsqs.Queue(open_through(s3_server, url, proxy))
+        # A claim that outlasts its timeout is rightly not delivered: the
+        # timeout leaves the slow claims 0.1 s, or four undelayed receives of
+        # this machine, on top of their 0.3 s delay.
+        started = time.monotonic()
+        probe = queues["slow"].receive(visibility_timeout=60)
+        assert probe is not None
+        probe.release()
+        vt = 0.3 + max(0.1, 4 * (time.monotonic() - started))
+        run_for = 7.5 * vt
         slow_claims(proxy, 0.3)
         assert receive("slow"), "the slow client, alone, received nothing"
         deadline = time.monotonic() + run_for
