@@ -96,15 +96,23 @@ class SparkCluster:
         try:
             stdout, stderr = driver.communicate(timeout=DRIVER_DEADLINE)
         except subprocess.TimeoutExpired:
-            with suppress(ProcessLookupError):
-                os.killpg(driver.pid, signal.SIGKILL)
-            stdout, stderr = driver.communicate()
+            stdout, stderr = self.stop(driver)
+        except BaseException:  # the test was interrupted (pytest-timeout, Ctrl-C)
+            self.stop(driver)
+            raise
         if driver.returncode != 0:
             pytest.fail(
                 f"{driver.args[0]} exited with {driver.returncode}:\n{stdout[-4000:]}\n"
                 f"{stderr[-8000:]}"
             )
         return subprocess.CompletedProcess(driver.args, driver.returncode, stdout, stderr)
+
+    @staticmethod
+    def stop(driver: subprocess.Popen[str]) -> tuple[str, str]:
+        """Kill a driver program and its JVM (its process group); its output."""
+        with suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGKILL)
+        return driver.communicate()
 
     def run(
         self,
