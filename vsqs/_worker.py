@@ -218,6 +218,8 @@ class Heartbeat:
         self._changed = threading.Condition()
         self._messages: list[Message] = []
         self._extended_at = 0.0
+        self._extending = False  # a round of extends is under way (outside the lock)
+        self._watchers = 0  # watch() calls waiting for that round: the next one waits
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="vsqs-heartbeat", daemon=True)
 
@@ -229,30 +231,40 @@ class Heartbeat:
     def __exit__(self, *exc_info: object) -> None:
         with self._changed:
             self._closed = True
-            self._changed.notify()
+            self._changed.notify_all()
         if self._thread.is_alive():
             self._thread.join()
 
     def watch(self, *messages: Message) -> None:
         """Keep ``messages`` invisible from now on (none: stop). Returns once
-        no extend of the previous ones is under way."""
+        no extend of the previous ones is under way: after the round in
+        progress, however slow the store (no new round starts meanwhile)."""
         with self._changed:
+            self._watchers += 1
+            try:
+                self._changed.wait_for(lambda: not self._extending)
+            finally:
+                self._watchers -= 1
             self._messages, self._extended_at = list(messages), time.monotonic()
-            self._changed.notify()
+            self._changed.notify_all()
 
     def _run(self) -> None:
         interval = self._vt / 3
-        with self._changed:
-            while not self._closed:
-                if not self._messages:
-                    self._changed.wait()
-                    continue
-                remaining = self._extended_at + interval - time.monotonic()
-                if remaining > 0:
-                    self._changed.wait(remaining)
-                    continue
-                self._extended_at = time.monotonic()
-                self._messages = self._extend([m for m in self._messages if not m.settled])
+        while True:
+            with self._changed:
+                while True:
+                    if self._closed:
+                        return
+                    remaining = self._extended_at + interval - time.monotonic()
+                    if self._messages and remaining <= 0 and not self._watchers:
+                        break
+                    self._changed.wait(remaining if self._messages and remaining > 0 else None)
+                watched = self._messages
+                self._extended_at, self._extending = time.monotonic(), True
+            kept = self._extend([m for m in watched if not m.settled])
+            with self._changed:  # watch() waited for this round: nothing replaced them
+                self._extending, self._messages = False, kept
+                self._changed.notify_all()
 
     def _extend(self, messages: list[Message]) -> list[Message]:
         """Extend ``messages``; return those still held."""
