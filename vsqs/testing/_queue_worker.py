@@ -54,8 +54,9 @@ class WorkerTests:
     ) -> None:
         """The clock moves on by more than two visibility timeouts while the
         handler runs, in steps shorter than one, each after the heartbeat's
-        next extension: no other client receives the message. (Without the
-        heartbeat there is no extension to wait for.)"""
+        next extension and never past the expiry it set: no other client
+        receives the message. (Without the heartbeat there is no extension
+        to wait for.)"""
         vt = 0.3
         place = store.sibling("heartbeat")
         with vsqs.Queue(place, clock=clock) as q, vsqs.Queue(place, clock=clock) as other:
@@ -63,13 +64,18 @@ class WorkerTests:
             stolen: list[vsqs.Message] = []
 
             def handler(msg: vsqs.Message) -> None:
-                for _ in range(4):
+                start = clock.now
+                while clock.now < start + 2.2 * vt:
                     receipt = msg.receipt
                     deadline = time.monotonic() + 60
                     while msg.receipt == receipt:  # extended in place by the heartbeat
                         assert time.monotonic() < deadline, "the heartbeat never extended it"
                         time.sleep(0.01)
-                    clock.advance(0.6 * vt)
+                    # Up to 0.4 vt before the new expiry: an extension that read the
+                    # clock before the previous step (a slow store) set an earlier one.
+                    assert msg.visible_at is not None
+                    expiry = msg.visible_at.timestamp()
+                    clock.advance(max(0.0, expiry - 0.4 * vt - clock.now))
                     got = other.receive()
                     if got is not None:
                         stolen.append(got)
