@@ -1,4 +1,4 @@
-"""A sync worker stopped by SIGINT or SIGTERM: real processes, real signals.
+"""A worker (sync or asyncio) stopped by SIGINT or SIGTERM: real processes, real signals.
 
 Each child runs ``Queue.consume`` on a real directory whose visibility
 timeout is an hour; its handler says on stdout (a pipe) which message it
@@ -42,24 +42,56 @@ def handle(message):
 vsqs.Queue(sys.argv[1], create=False).consume(handle)
 """
 
+#: The same worker on asyncio, as a user writes it: ``asyncio.run`` turns
+#: Ctrl-C into a cancellation of the main task (then ``KeyboardInterrupt``).
+AIO_WORKER = """
+import asyncio, signal, sys, vsqs.aio
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
+if sys.argv[2] == "own-handler":
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(7))
+
+async def handle(message):
+    if message.body == b"slow":
+        print("holding", message.id, flush=True)
+        await asyncio.sleep(3600)  # until the signal
+
+async def main():
+    async with vsqs.aio.Queue(sys.argv[1], create=False) as q:
+        await q.consume(handle)
+
+asyncio.run(main())
+"""
+
 
 @pytest.mark.parametrize(
-    ("sent", "mode", "exit_status", "stopped_by"),
+    ("worker", "sent", "mode", "exit_status", "stopped_by"),
     [
         # Python ends on an uncaught KeyboardInterrupt by SIGINT itself: the
         # shell's exit status 130.
-        (signal.SIGINT, "default", -signal.SIGINT, "KeyboardInterrupt"),
-        (signal.SIGTERM, "default", 143, "SIGTERM"),
-        (signal.SIGTERM, "own-handler", 7, "SystemExit"),  # the user's handler is kept
+        (WORKER, signal.SIGINT, "default", -signal.SIGINT, "KeyboardInterrupt"),
+        (WORKER, signal.SIGTERM, "default", 143, "SIGTERM"),
+        (WORKER, signal.SIGTERM, "own-handler", 7, "SystemExit"),  # the user's handler is kept
+        (AIO_WORKER, signal.SIGINT, "default", -signal.SIGINT, "CancelledError"),
+        (AIO_WORKER, signal.SIGTERM, "default", 143, "SIGTERM"),
+        # The user's handler runs between two steps of the loop: its SystemExit
+        # comes out of the event loop, and asyncio.run cancels the consume.
+        (AIO_WORKER, signal.SIGTERM, "own-handler", 7, "CancelledError"),
     ],
+    ids=["sync-SIGINT", "sync-SIGTERM", "sync-own", "aio-SIGINT", "aio-SIGTERM", "aio-own"],
 )
 def test_a_stopped_worker_releases_what_it_holds_and_says_so_once(
-    tmp_path: Path, sent: signal.Signals, mode: str, exit_status: int, stopped_by: str
+    tmp_path: Path,
+    worker: str,
+    sent: signal.Signals,
+    mode: str,
+    exit_status: int,
+    stopped_by: str,
 ) -> None:
     q = vsqs.Queue(tmp_path / "jobs", visibility_timeout=3600)
     q.send_batch([b"quick", b"quick", b"slow"])
     child = subprocess.Popen(
-        [sys.executable, "-c", WORKER, str(tmp_path / "jobs"), mode],
+        [sys.executable, "-c", worker, str(tmp_path / "jobs"), mode],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -117,5 +149,50 @@ def test_consume_turns_sigterm_into_an_exit_only_while_it_runs_and_only_if_defau
         worker.start()
         worker.join()
         assert in_thread == [signal.SIG_DFL]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_aio_consume_takes_sigterm_only_while_one_runs_and_only_if_default(
+    tmp_path: Path,
+) -> None:
+    """Two consumes side by side on one loop: SIGTERM is theirs until the last
+    ends, then the default again; a handler of the user's is left alone."""
+    import asyncio
+
+    import vsqs.aio
+
+    async def side_by_side() -> list[object]:
+        seen: list[object] = []
+        async with vsqs.aio.Queue(tmp_path / "a") as a, vsqs.aio.Queue(tmp_path / "b") as b:
+            await a.send(b"x")
+            await b.send_batch([b"y", b"z"])
+            first_done = asyncio.Event()
+
+            async def note(message: vsqs.aio.Message) -> None:
+                seen.append(signal.getsignal(signal.SIGTERM))
+
+            async def first() -> None:
+                await a.consume(note, max_messages=1)
+                first_done.set()
+
+            async def second(message: vsqs.aio.Message) -> None:
+                if message.body == b"z":
+                    await first_done.wait()  # the other consume has ended
+                await note(message)
+
+            await asyncio.gather(first(), b.consume(second, max_messages=2))
+        return seen
+
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        seen = asyncio.run(side_by_side())
+        assert len(seen) == 3 and all(h not in (signal.SIG_DFL, None) for h in seen), seen
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+        own: Callable[[int, object], None] = lambda signum, frame: None  # noqa: E731
+        signal.signal(signal.SIGTERM, own)
+        assert asyncio.run(side_by_side()) == [own] * 3
+        assert signal.getsignal(signal.SIGTERM) is own
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -283,7 +283,7 @@ class Heartbeat:
 
 
 class Run:
-    """What one sync ``consume`` call did, and the message it holds."""
+    """What one ``consume`` call did, and the message it holds."""
 
     def __init__(self) -> None:
         self.handled = self.succeeded = 0
@@ -301,6 +301,19 @@ class Run:
             log.warning("%s: could not release %s: %s", queue.url, message.id, exc)
             return 0
         return 1
+
+    def stopped(self, queue: Queue, exc: BaseException, released: int) -> None:
+        """Log the one line of a ``consume`` that ``exc`` (no ``Exception``:
+        Ctrl-C, SIGTERM, ``SystemExit``, a cancellation) stopped."""
+        log.warning(
+            "%s: consume stopped by %s: handled %d (%d succeeded), released %d "
+            "in hand (visible again now)",
+            queue.url,
+            "SIGTERM" if self.sigterm else type(exc).__name__,
+            self.handled,
+            self.succeeded,
+            released,
+        )
 
 
 @contextmanager
@@ -339,16 +352,7 @@ def interruptible(queue: Queue, run: Run) -> Iterator[None]:
         except BaseException as exc:
             released = run.release_held(queue)
             if not isinstance(exc, Exception):
-                what = "SIGTERM" if run.sigterm else type(exc).__name__
-                log.warning(
-                    "%s: consume stopped by %s: handled %d (%d succeeded), released %d "
-                    "in hand (visible again now)",
-                    queue.url,
-                    what,
-                    run.handled,
-                    run.succeeded,
-                    released,
-                )
+                run.stopped(queue, exc, released)
             raise
 
 
