@@ -165,15 +165,27 @@ def test_dead_letter_queues_listing_and_redrive(tmp_path: Path) -> None:
 def test_a_redrive_into_itself_is_refused_and_a_missing_dead_letter_queue_holds_nothing(
     tmp_path: Path,
 ) -> None:
-    """A redrive of a queue into itself never ended; one from a dead-letter
-    queue that was never created failed where stats() counts 0."""
+    """A redrive of a queue into itself never ended, also under another name
+    (a symlink); one from a dead-letter queue that was never created failed
+    where stats() counts 0, and one from a misspelling of it said 0."""
     q = str(tmp_path / "jobs")
+    ok("create", q, "--max-receives", "3", "--dead-letter", "jobs-dlq")
     ok("send", q, "x")
-    done = run("redrive", q, q)  # run() gives up after 120 s
-    assert done.returncode == 1
-    assert done.stderr == f"vsqs: error: cannot redrive {q} into itself\n"
-    assert "moved 0 messages" in said("redrive", str(tmp_path / "never-created"), q)
-    assert not (tmp_path / "never-created").exists()
+    (tmp_path / "alias").symlink_to(tmp_path / "jobs")
+    for other, alias in (
+        (q, ""),
+        (str(tmp_path / "alias"), f" ({tmp_path / 'alias'} is the same queue)"),
+    ):
+        done = run("redrive", q, other, "--force")  # run() gives up after 120 s
+        assert done.returncode == 1
+        assert done.stderr == f"vsqs: error: cannot redrive {q} into itself{alias}\n"
+    assert "moved 0 messages" in said("redrive", str(tmp_path / "jobs-dlq"), q)
+    misspelled = run("redrive", str(tmp_path / "jobs-dql"), q)
+    assert misspelled.returncode == 1 and misspelled.stderr.count("\n") == 1
+    assert (
+        f"dead-letters to {tmp_path / 'jobs-dlq'}, not {tmp_path / 'jobs-dql'}" in misspelled.stderr
+    )
+    assert not (tmp_path / "jobs-dlq").exists() and not (tmp_path / "jobs-dql").exists()
     assert json.loads(ok("stats", q, "--json"))["ready"] == 1
 
 

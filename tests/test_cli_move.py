@@ -60,6 +60,13 @@ def test_a_move_into_itself_or_into_a_file_is_refused_and_changes_nothing(tmp_pa
     itself = run("move", src, src)
     assert itself.returncode == 1
     assert itself.stderr == f"vsqs: error: cannot move {src} into itself\n"
+    (tmp_path / "alias").symlink_to(tmp_path / "src")  # it moved 23 858 copies in 10 s
+    alias = str(tmp_path / "alias")
+    itself = run("move", src, alias)
+    assert itself.returncode == 1
+    assert (
+        itself.stderr == f"vsqs: error: cannot move {src} into itself ({alias} is the same queue)\n"
+    )
     (tmp_path / "file").write_text("not a queue")
     blocked = run("move", src, str(tmp_path / "file"))
     assert blocked.returncode == 1, blocked.stderr

@@ -31,7 +31,7 @@ def visible(url: str) -> list[vsqs.Message]:
     [
         (["create", "{q}"], "{q}: visibility_timeout=30s max_receives=None", {"queue"}),
         (["purge", "{q}", "--yes"], "purged 2 messages from {q}", {"queue", "purged"}),
-        (["redrive", "{dlq}", "{q}"], "moved 0 messages from {dlq} to {q}", {"moved"}),
+        (["redrive", "{dlq}", "{q}", "--force"], "moved 0 messages from {dlq} to {q}", {"moved"}),
         (["move", "{q}", "{dst}"], "moved 2 messages from {q} to {dst}", {"moved"}),
         (["gc", "{q}"], "removed 0 leftovers from {q}", {"queue", "removed"}),
         (["pump", "{q}", "-n", "10"], "pump: sent 10 messages as producer", {"sent"}),

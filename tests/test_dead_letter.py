@@ -27,6 +27,7 @@ import vsqs
 from vsqs import _names as names
 
 from .conftest import FakeClock
+from .servers import Server
 
 
 def dead_letter_one(source: vsqs.Queue, clock: FakeClock) -> str:
@@ -55,7 +56,10 @@ def test_a_redrive_with_swapped_arguments_is_refused_and_moves_nothing(
         vsqs.redrive(jobs, dlq)
     message = str(refused.value)
     assert "\n" not in message and str(jobs) in message and str(dlq) in message
-    assert "has no dead-letter queue" in message and "force redrives anyway" in message
+    assert (
+        "has no dead-letter queue" in message
+        and "force=True (vsqs redrive --force) redrives anyway" in message
+    )
     with vsqs.Queue(jobs) as q, vsqs.Queue(dlq) as dead:
         assert [m.id for m in q.peek()] == [live] and dead.stats().ready == 1
     assert vsqs.redrive(dlq, jobs) == 1  # the right way round
@@ -72,6 +76,36 @@ def test_a_redrive_into_a_queue_that_dead_letters_elsewhere_needs_force(
     assert vsqs.redrive(tmp_path / "a-dlq", tmp_path / "b", force=True) == 1
     with vsqs.Queue(tmp_path / "b") as b:
         assert [m.body for m in b.peek()] == [b"poison"]
+
+
+def test_a_redrive_into_itself_under_another_name_is_refused_even_with_force(
+    tmp_path: Path,
+) -> None:
+    """Through a symlink the queue fed itself for ever (``--force``, or a
+    config naming the link); a probe name tells, not the spelling."""
+    (tmp_path / "alias").symlink_to(tmp_path / "q")
+    vsqs.Queue(tmp_path / "q").send(b"x")
+    for force in (False, True):
+        with pytest.raises(vsqs.InvalidArgument, match=r"into itself .* is the same queue"):
+            vsqs.redrive(tmp_path / "alias", tmp_path / "q", force=force)
+    assert [n for n in os.listdir(tmp_path / "q") if names.parse(n)] != []
+    assert not [n for n in os.listdir(tmp_path / "q") if n.endswith(names.NEW_SUFFIX)]
+
+
+def test_a_redrive_into_itself_on_an_object_store_under_another_scheme_is_refused(
+    s3_server: Server,
+) -> None:
+    """``s3a://`` and ``s3://`` name one bucket."""
+    url = s3_server.url("q")
+    alias = "s3a://" + url.removeprefix("s3://")
+    options = s3_server.storage_options
+    with vsqs.Queue(url, storage_options=options) as q:
+        q.send(b"x")
+    with pytest.raises(vsqs.InvalidArgument, match=r"into itself .* is the same queue"):
+        vsqs.redrive(alias, url, storage_options=options, force=True)
+    with vsqs.Queue(url, storage_options=options) as q:
+        assert [m.body for m in q.peek()] == [b"x"]
+        assert not [n for n in q.store.list() if n.endswith(names.NEW_SUFFIX)]
 
 
 @pytest.mark.parametrize("form", ["sibling", "path", "file-url", "via-symlink"])

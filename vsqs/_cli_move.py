@@ -27,8 +27,8 @@ from ._cli_common import (
 )
 from ._cli_interrupt import checkpoint, release, take
 from ._cli_report import Report, json_option
-from ._errors import InvalidArgument
 from ._message import Message
+from ._place import refuse_same
 from ._queue import Queue
 
 
@@ -69,8 +69,7 @@ def move(
         open_queue(source, one_of_two=True) as src,
         open_queue(destination, create=create, one_of_two=True) as dst,
     ):
-        if src.url == dst.url:
-            raise InvalidArgument(f"cannot move {src.url} into itself")
+        refuse_same("move", src, dst)
         report = Report(_moved_text, as_json=as_json, moved=0, source=src.url, destination=dst.url)
         with progress_bar("moved", _total(src, max_messages)) as bar:
             while max_messages is None or report.fields["moved"] < max_messages:

@@ -19,6 +19,7 @@ from ._cli_common import (
     progress_callback,
     queue_options,
     storage_options,
+    storage_options_for,
 )
 from ._cli_interrupt import checkpoint, interruptible
 from ._cli_report import Report, json_option, out_line
@@ -223,7 +224,10 @@ def redrive_command(
     report = Report(_redrive_text, as_json=as_json, moved=0, dead_letter=dead_letter, source=source)
     try:
         dlq = open_queue(dead_letter, one_of_two=True)
-    except QueueNotFound:  # never created: nothing was dead-lettered
+    except QueueNotFound:  # never created: nothing was dead-lettered, if SOURCE names it
+        with open_queue(source, one_of_two=True) as target:
+            options = storage_options_for(dead_letter, one_of_two=True)
+            redrive(dead_letter, target, storage_options=options, force=force)  # 0, or refused
         report.done()
         return
     with (

@@ -29,7 +29,9 @@ from ._errors import (
 )
 from ._inspect import message_count
 from ._message import DeadLettered, Message, Progress, hold, read_origin
+from ._place import refuse_same
 from ._publish import publish
+from ._registry import open_store
 from ._store import Store
 
 if TYPE_CHECKING:
@@ -231,18 +233,34 @@ def _same_location(a: str, b: str) -> bool:
     return "://" not in a and "://" not in b and os.path.realpath(a) == os.path.realpath(b)
 
 
+def _location_url(location: object, storage_options: dict[str, Any] | None) -> str:
+    """The URL a queue at ``location`` would have (nothing is opened)."""
+    store = open_store(location, storage_options)
+    try:
+        return store.url
+    finally:
+        if store is not location:
+            store.close()
+
+
 def _check_redrive(dlq: Queue, target: Queue, force: bool) -> None:
-    """Refuse a redrive into itself, and one whose source does not name
-    ``dlq`` as its dead-letter queue unless ``force``."""
-    if dlq.url == target.url:
-        raise InvalidArgument(f"cannot redrive {dlq.url} into itself")
+    """Refuse a redrive into itself (under any two spellings of one place),
+    and one whose source does not name ``dlq`` as its dead-letter queue
+    unless ``force``."""
+    refuse_same("redrive", dlq, target)
+    _check_named(dlq.url, target, force)
+
+
+def _check_named(dlq_url: str, target: Queue, force: bool) -> None:
+    """Unless ``force``, refuse a redrive from ``dlq_url`` into a queue whose
+    config names another dead-letter queue, or none."""
     named = target.dead_letter_url
-    if force or (named is not None and _same_location(named, dlq.url)):
+    if force or (named is not None and _same_location(named, dlq_url)):
         return
     has = "has no dead-letter queue" if named is None else f"dead-letters to {named}"
     raise InvalidArgument(
-        f"refusing to redrive {dlq.url} into {target.url}: {target.url} {has}, not "
-        f"{dlq.url} (arguments swapped?); force redrives anyway"
+        f"refusing to redrive {dlq_url} into {target.url}: {target.url} {has}, not "
+        f"{dlq_url} (arguments swapped?); force=True (vsqs redrive --force) redrives anyway"
     )
 
 
@@ -310,7 +328,10 @@ def redrive(
         try:
             dlq = queue(dead_letter)
         except QueueNotFound:
-            return 0  # never created, so nothing was dead-lettered (as stats() counts it)
+            # Never created, so nothing was dead-lettered (as stats() counts it),
+            # if it is the source's dead-letter queue; else a misspelling.
+            _check_named(_location_url(dead_letter, storage_options), queue(source), force)
+            return 0
         target = queue(source)
         _check_redrive(dlq, target, force)
         while max_messages is None or moved < max_messages:

@@ -10,6 +10,7 @@ import pytest
 
 import vsqs
 from vsqs import _names as names
+from vsqs._place import same_place
 
 from ._clock import FakeClock
 from ._suite import listing
@@ -134,11 +135,17 @@ class AdminTests:
     def test_redrive_from_a_missing_dead_letter_queue_moves_nothing(
         self, store: vsqs.Store
     ) -> None:
-        """Never created, so nothing was dead-lettered: 0, as ``stats()`` counts it."""
-        vsqs.Queue(store).close()
-        assert vsqs.redrive(store.sibling("nope"), store) == 0
-        with pytest.raises(vsqs.QueueNotFound):
-            vsqs.Queue(store.sibling("nope"), create=False)
+        """Never created, so nothing was dead-lettered: 0, as ``stats()`` counts
+        it. A missing queue that the source does not name is a misspelling:
+        refused unless ``force``. Neither is created."""
+        vsqs.Queue(store, max_receives=1, dead_letter="dlq").close()
+        assert vsqs.redrive(store.sibling("dlq"), store) == 0
+        with pytest.raises(vsqs.InvalidArgument, match=r"dead-letters to .*dlq, not .*dql"):
+            vsqs.redrive(store.sibling("dql"), store)
+        assert vsqs.redrive(store.sibling("dql"), store, force=True) == 0
+        for missing in ("dlq", "dql"):
+            with pytest.raises(vsqs.QueueNotFound):
+                vsqs.Queue(store.sibling(missing), create=False)
 
     def test_redrive_into_a_missing_queue_or_into_itself_fails_clearly(
         self, store: vsqs.Store
@@ -149,6 +156,18 @@ class AdminTests:
             vsqs.redrive(store, store.sibling("nope"))
         with pytest.raises(vsqs.InvalidArgument, match="into itself"):
             vsqs.redrive(store, store)
+
+    def test_a_queue_is_told_from_another_and_the_probe_leaves_nothing(
+        self, store: vsqs.Store
+    ) -> None:
+        """The guard of moves between queues: two queues are two places, one
+        is one; looking writes a ``.new`` probe that is gone afterwards."""
+        with vsqs.Queue(store) as q, vsqs.Queue(store.sibling("other")) as other:
+            probe = names.MsClock(q.clock).next_id
+            assert not same_place(q.store, other.store, probe())
+            assert not same_place(other.store, q.store, probe())
+            for place in (store, other.store):
+                assert [n for n in listing(place) if n.endswith(names.NEW_SUFFIX)] == []
 
     # ----------------------------------------------------------------- config
     def test_config_is_written_once_and_agreed_on(self, store: vsqs.Store) -> None:
