@@ -128,6 +128,55 @@ def test_a_dead_letter_queue_is_recognised_however_the_config_names_it(
     assert vsqs.redrive(f"file://{dlq}", tmp_path / "q") == 0
 
 
+# ------------------------------------------------- dead-letter locations
+@pytest.mark.parametrize(
+    ("dead_letter", "error"),
+    [
+        ("http://127.0.0.1:1/q", r"http://127\.0\.0\.1:1/q: a web server cannot hold a queue"),
+        ("HTTPS://example.com/q", "a web server cannot hold a queue"),
+        ("nosuchscheme://host/q", "no vsqs backend for nosuchscheme:// URLs"),
+        ("s3:/bucket/q", "looks like a mistyped URL: did you mean 's3://bucket/q'"),
+        ("s3://bucket", r"name a queue inside the bucket \(s3://bucket/queue\)"),
+        ("s3://bucket/../q", "empty, '.' or '..' path components are refused"),
+        ("sub/dlq", "a relative path depends on the working directory"),
+        ("q", "cannot be its own dead-letter queue"),
+        ("{q}", "cannot be its own dead-letter queue"),
+        ("{q}/", "cannot be its own dead-letter queue"),
+        ("file://{q}", "cannot be its own dead-letter queue"),
+        ("{alias}", "cannot be its own dead-letter queue"),
+    ],
+)
+def test_a_dead_letter_queue_that_could_never_be_used_is_refused_at_creation(
+    tmp_path: Path, dead_letter: str, error: str
+) -> None:
+    """Such a location was written into the config (which cannot be changed)
+    and failed only at the first dead-lettering; the queue itself reset the
+    receive count for ever. Nothing is created, no request is sent."""
+    (tmp_path / "alias").symlink_to(tmp_path / "q", target_is_directory=True)
+    target = dead_letter.format(q=tmp_path / "q", alias=tmp_path / "alias")
+    with pytest.raises(vsqs.VsqsError, match=error) as refused:
+        vsqs.Queue(tmp_path / "q", max_receives=1, dead_letter=target)
+    assert "\n" not in str(refused.value)
+    assert not (tmp_path / "q").exists()
+
+
+def test_a_config_that_names_a_relative_path_is_refused_when_opened(tmp_path: Path) -> None:
+    """Another client's config is checked as far as it can be without
+    refusing a queue that only needs draining (a name of itself passes)."""
+    from vsqs._config import QueueConfig
+
+    for dead_letter, opens in (("sub/dlq", False), ("q", True)):
+        q = tmp_path / dead_letter.replace("/", "-") / "q"
+        q.mkdir(parents=True)
+        config = QueueConfig(max_receives=1, dead_letter=dead_letter).to_json()
+        (q / names.CONFIG_NAME).write_bytes(config)
+        if opens:
+            vsqs.Queue(q).close()
+        else:
+            with pytest.raises(vsqs.InvalidQueueName, match="relative path"):
+                vsqs.Queue(q)
+
+
 # --------------------------------------------------------- origin records
 def test_origin_records_go_with_their_messages_by_ack_purge_and_gc(
     tmp_path: Path, clock: FakeClock

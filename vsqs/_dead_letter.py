@@ -31,7 +31,7 @@ from ._inspect import message_count
 from ._message import DeadLettered, Message, Progress, hold, read_origin
 from ._place import refuse_same
 from ._publish import publish
-from ._registry import open_store
+from ._registry import check_location, open_store
 from ._store import Store
 
 if TYPE_CHECKING:
@@ -114,23 +114,40 @@ def move_in(
         raise StorageError(f"{moved.id}: could not publish it in {MOVE_ATTEMPTS} attempts")
 
 
-def check_target(target: str | None) -> None:
-    """Refuse, when a queue is opened, a dead-letter location it could never
-    use: a name that is not a queue name, or a relative path, which would
-    resolve against the working directory of whichever process dead-letters.
-    A URL is checked when it is first opened."""
-    if target is None or "://" in target:
+def check_target(target: str | None, own_url: str, *, given: bool) -> None:
+    """Refuse, when a queue at ``own_url`` is opened, a dead-letter location
+    it could never use: a name that is not a queue name, a relative path
+    (which would resolve against the working directory of whichever process
+    dead-letters).
+
+    ``given``: the location was given now, to be written into a new config,
+    which cannot be changed later. It is then also refused if it is the
+    queue itself (a dead-lettering would only reset the receive count:
+    ``max_receives`` would never end a message), or if no store on this host
+    could serve it, for its form alone (:func:`~vsqs._registry.check_location`:
+    a mistyped or web URL, an unknown scheme, a missing package). No store is
+    made and no request is sent.
+    """
+    if target is None:
         return
-    if "/" not in target:
-        names.validate_queue_name(target)  # a sibling queue
-        return
-    if not os.path.isabs(target):
+    if given:
+        check_location(target)
+    sibling = "://" not in target and "/" not in target
+    if sibling:
+        names.validate_queue_name(target)
+    elif "://" not in target and not os.path.isabs(target):
         raise InvalidQueueName(
             f"dead_letter {target!r:.80}: a relative path depends on the working directory "
             "of whichever process dead-letters; use a queue name (a sibling), an absolute "
             "path or a URL"
         )
-    names.validate_queue_name(os.path.basename(target.rstrip("/")))
+    if not given:
+        return
+    own_name = own_url.rstrip("/").rpartition("/")[2]
+    if target == own_name if sibling else _same_location(target.rstrip("/"), own_url):
+        raise InvalidArgument(
+            f"{own_url} cannot be its own dead-letter queue (dead_letter {target!r:.80})"
+        )
 
 
 class DeadLetters:
@@ -227,10 +244,18 @@ def _orphan_origins(store: Store) -> set[str]:
 
 
 def _same_location(a: str, b: str) -> bool:
-    """Whether two store URLs name one queue (local paths: after symlinks)."""
+    """Whether two store URLs name one queue (local paths and ``file://``
+    URLs: after symlinks)."""
+    a, b = _local_form(a), _local_form(b)
     if a == b:
         return True
     return "://" not in a and "://" not in b and os.path.realpath(a) == os.path.realpath(b)
+
+
+def _local_form(url: str) -> str:
+    """A ``file://`` URL as the path it names; other URLs as they are."""
+    scheme, sep, rest = url.partition("://")
+    return rest if sep and scheme.lower() == "file" else url
 
 
 def _location_url(location: object, storage_options: dict[str, Any] | None) -> str:

@@ -161,9 +161,9 @@ class Queue:
             else positive_int(max_message_size, "max_message_size"),
         }
         try:
-            check_target(dead_letter)  # before anything is created with it
+            check_target(dead_letter, self.url, given=True)  # before anything is created
             self.config = self._open(create, requested)
-            check_target(self.config.dead_letter)  # another client's config
+            check_target(self.config.dead_letter, self.url, given=False)  # another client's
         except BaseException:
             self.close()
             raise

@@ -126,20 +126,50 @@ def open_store(location: object, storage_options: dict[str, Any] | None) -> Stor
     """Resolve a path, URL or :class:`Store` to a store (not yet opened)."""
     if isinstance(location, Store):
         return location
+    scheme, url = _split(location)
+    if scheme is not None:
+        return _object_store(scheme, url, storage_options or {})
+    if storage_options:
+        raise UnsupportedStore("storage_options apply to object-store URLs, not local paths")
+    return LocalStore(_local_path(url))
+
+
+def check_location(location: str) -> None:
+    """Refuse what :func:`open_store` would refuse for its form alone, without
+    making a store or a request: a path or URL that names no valid queue, a
+    mistyped URL, a web URL, and a scheme that no store on this host serves
+    (with the extra that installs its package)."""
+    scheme, url = _split(location)
+    if scheme is None:
+        _local_path(url)
+        return
+    _check_url(scheme, url)
+    if _opener(scheme) is None:
+        for protocol in scheme.split("::"):
+            _filesystem_class(protocol)
+
+
+def _split(location: object) -> tuple[str | None, str]:
+    """``(scheme, url)`` of an object-store URL (scheme in lower case), or
+    ``(None, text)`` of a local path or ``file://`` URL."""
     text = _location_text(location, "queue location is a path, URL or Store")
     scheme, sep, rest = text.partition("://")
     scheme = scheme.lower()  # schemes are case-insensitive (RFC 3986)
     if sep and scheme != "file":
-        return _object_store(scheme, f"{scheme}://{rest}", storage_options or {})
+        return scheme, f"{scheme}://{rest}"
+    return None, text
+
+
+def _local_path(text: str) -> str:
+    """The absolute path of a local path or ``file://`` URL (validated)."""
+    _, sep, rest = text.partition("://")
     if sep:
         text = _file_url_path(text, rest)
     else:
         _refuse_mistyped_url(text)
-    if storage_options:
-        raise UnsupportedStore("storage_options apply to object-store URLs, not local paths")
     path = os.path.abspath(text)
     validate_queue_name(os.path.basename(path))
-    return LocalStore(path)
+    return path
 
 
 def _location_text(location: object, what: str) -> str:
@@ -218,11 +248,26 @@ def _check_registered(url: str) -> None:
         raise InvalidQueueName(f"{url}: a query, fragment or '::' chain is refused here")
 
 
-def _object_store(scheme: str, url: str, storage_options: dict[str, Any]) -> Store:
+def _check_url(scheme: str, url: str) -> str:
+    """Refuse an object-store URL that names no queue, or that only a web
+    server would serve; its queue name."""
     name = validate_queue_name(_check_components(url))
+    if _opener(scheme) is not None:
+        _check_registered(url)
+    elif scheme in _BUCKETED and "/" not in _url_path(url):
+        raise InvalidQueueName(f"{url}: name a queue inside the bucket ({scheme}://bucket/queue)")
+    elif scheme in _WEB:
+        raise UnsupportedStore(
+            f"{url}: a web server cannot hold a queue (no exclusive creates); "
+            "use s3://, gs://, a registered scheme or a path"
+        )
+    return name
+
+
+def _object_store(scheme: str, url: str, storage_options: dict[str, Any]) -> Store:
+    name = _check_url(scheme, url)
     opener = _opener(scheme)
     if opener is not None:
-        _check_registered(url)
         store = opener(url, dict(storage_options))
         if not isinstance(store, Store):
             raise UnsupportedStore(
@@ -230,17 +275,9 @@ def _object_store(scheme: str, url: str, storage_options: dict[str, Any]) -> Sto
                 f"{type(store).__name__}, not a vsqs Store"
             )
         return store
-    if scheme in _WEB:
-        raise UnsupportedStore(
-            f"{url}: a web server cannot hold a queue (no exclusive creates); "
-            "use s3://, gs://, a registered scheme or a path"
-        )
     fs, path = _filesystem(scheme, url, storage_options)
     _check_resolved(url, path, name)
-    head = path.rpartition("/")[0]
     bucketed = scheme in _BUCKETED
-    if bucketed and not head:
-        raise InvalidQueueName(f"{url}: name a queue inside the bucket ({scheme}://bucket/queue)")
     display = _display_url(url, path, bucketed)
     from ._store_object import ObjectStore
 
@@ -262,15 +299,39 @@ def _display_url(url: str, path: str, bucketed: bool) -> str:
     return f"{base}://{path.lstrip('/')}" if bucketed else f"{base}://{path}"
 
 
-def _filesystem(scheme: str, url: str, storage_options: dict[str, Any]) -> tuple[Any, str]:
-    """The fsspec filesystem of ``url`` and the path in it (no trailing slash)."""
-    package, extra = _PACKAGES.get(scheme.rpartition("::")[2], (None, None))
+def _fsspec(scheme: str) -> Any:
+    """The fsspec module; if it is missing, :class:`UnsupportedStore` naming the extra."""
+    extra = _PACKAGES.get(scheme.rpartition("::")[2], (None, None))[1]
     try:
         import fsspec
         import fsspec.core
     except ImportError:
         hint = f"pip install 'vsqs[{extra}]'" if extra else "pip install fsspec"
         raise UnsupportedStore(f"{scheme}:// queues need fsspec: {hint}") from None
+    return fsspec
+
+
+def _filesystem_class(protocol: str) -> None:
+    """Refuse a protocol that fsspec does not know, or whose package is missing."""
+    fsspec = _fsspec(protocol)
+    try:
+        fsspec.get_filesystem_class(protocol)
+    except ImportError as exc:
+        raise _missing_package(protocol, exc) from None
+    except ValueError as exc:  # fsspec: "Protocol not known"
+        raise UnsupportedStore(f"no vsqs backend for {protocol}:// URLs: {exc}") from None
+
+
+def _missing_package(scheme: str, exc: ImportError) -> UnsupportedStore:
+    package, extra = _PACKAGES.get(scheme.rpartition("::")[2], (None, None))
+    if package is None:  # fsspec's message names the package of its protocol
+        return UnsupportedStore(f"{scheme}:// queues: {exc}")
+    return UnsupportedStore(f"{scheme}:// queues need {package}: pip install 'vsqs[{extra}]'")
+
+
+def _filesystem(scheme: str, url: str, storage_options: dict[str, Any]) -> tuple[Any, str]:
+    """The fsspec filesystem of ``url`` and the path in it (no trailing slash)."""
+    fsspec = _fsspec(scheme)
     options = dict(storage_options)
     if scheme in _PACKAGES:
         options.setdefault("use_listings_cache", False)
@@ -281,11 +342,7 @@ def _filesystem(scheme: str, url: str, storage_options: dict[str, Any]) -> tuple
     try:
         fs, path = fsspec.core.url_to_fs(url, **options)
     except ImportError as exc:
-        if package is None:  # fsspec's message names the package of its protocol
-            raise UnsupportedStore(f"{scheme}:// queues: {exc}") from None
-        raise UnsupportedStore(
-            f"{scheme}:// queues need {package}: pip install 'vsqs[{extra}]'"
-        ) from None
+        raise _missing_package(scheme, exc) from None
     except ValueError as exc:  # fsspec: "Protocol not known"
         raise UnsupportedStore(f"no vsqs backend for {scheme}:// URLs: {exc}") from None
     except OSError as exc:  # a filesystem that connects when it is made (ftp, sftp)
