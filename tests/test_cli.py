@@ -369,20 +369,42 @@ def test_a_progress_bar_is_drawn_when_only_stderr_is_a_terminal(tmp_path: Path) 
         ("http://127.0.0.1:9/q", "http://127.0.0.1:9/q: a web server cannot hold a queue"),
         ("HTTPS://127.0.0.1:9/q", "https://127.0.0.1:9/q: a web server cannot hold a queue"),
         ("MEMORY://vsqs-cli/q", ""),
+        ("file:/{tmp}/q", "did you mean 'file:///{tmp}/q'?"),
+        ("file://tmp/q", "names the host 'tmp': a local directory is 'file:///tmp/q'"),
+        (" s3://demo/jobs", "' s3' is not a URL scheme (spaces around it?)"),
+        ("s3 ://demo/jobs", "'s3 ' is not a URL scheme (spaces around it?)"),
     ],
 )
 def test_a_misspelled_url_is_refused_in_one_line_naming_it(
     tmp_path: Path, url: str, says: str
 ) -> None:
     """Before: local directories named 's3:' and 'gs:' and exit 0, 'no vsqs
-    backend for s3://' for 'S3://', a network request for http://."""
-    done = run("send", url, "x", cwd=tmp_path)
+    backend for s3://' for 'S3://' or ' s3://', a network request for
+    http://, a suggestion of 'file://tmp/q' (which fsspec takes for the
+    relative path tmp/q) for 'file:/tmp/q'."""
+    tmp = str(tmp_path).lstrip("/")
+    done = run("send", url.format(tmp=tmp), "x", cwd=tmp_path)
     if not says:  # an upper-case scheme is the same scheme
         assert done.returncode == 0, done.stderr
         return
     assert done.returncode == 1
-    assert done.stderr.count("\n") == 1 and says in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1 and says.format(tmp=tmp) in done.stderr, done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_url_may_name_localhost(tmp_path: Path) -> None:
+    """RFC 8089: ``file://localhost/p`` is ``/p`` (it made ./localhost/p)."""
+    ok("send", f"file://localhost{tmp_path}/q", "x", cwd=tmp_path)
+    assert [m.body for m in vsqs.Queue(tmp_path / "q").peek()] == [b"x"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["q"]
+
+
+@pytest.mark.parametrize("directory", ["s3://demo", "s3:/demo", "gs:bucket"])
+def test_the_demo_refuses_a_url_for_its_directory(tmp_path: Path, directory: str) -> None:
+    """``demo --dir s3://demo`` made ./s3:/demo/vsqs-demo-XXXX and left it."""
+    done = run("demo", "--dir", directory, "-n", "10", cwd=tmp_path)
+    assert done.returncode == 2 and "is a URL" in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1 and list(tmp_path.iterdir()) == []
 
 
 def test_a_bare_vsqs_prints_the_help_not_an_error() -> None:

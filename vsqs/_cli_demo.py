@@ -28,6 +28,7 @@ from ._cli_interrupt import children_immune, interruptible, pending
 from ._cli_report import Report, json_option
 from ._message import Message
 from ._queue import Queue
+from ._registry import mistyped_url
 
 #: Seconds a demo consumer waits for more before it stops.
 DEMO_IDLE = 3.0
@@ -66,11 +67,22 @@ def _consume(url: str, out: str, idle: float, stop: c_byte) -> None:
         queue.consume(handle, idle_timeout=idle, stop=stopping)
 
 
+def _local_directory(_ctx: click.Context, _param: click.Parameter, text: str | None) -> Path | None:
+    """``--dir``: a local directory, never a URL (nor one missing a slash,
+    which ``Path`` would have made of ``s3://demo``)."""
+    if text is None:
+        return None
+    if "://" in text or mistyped_url(text) is not None:
+        raise click.BadParameter(f"{text!r:.80} is a URL: the demo runs in a local directory")
+    return Path(text)
+
+
 @click.command(short_help="Run a producer and N consumers; check them.")
 @click.option(
     "--dir",
     "directory",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(file_okay=False),
+    callback=_local_directory,
     help="Make the demo's own directory (with its queue) under this one and keep it "
     "(default: a fresh one under the system temp dir, removed after).",
 )

@@ -155,6 +155,9 @@ def _split(location: object) -> tuple[str | None, str]:
     text = _location_text(location, "queue location is a path, URL or Store")
     scheme, sep, rest = text.partition("://")
     scheme = scheme.lower()  # schemes are case-insensitive (RFC 3986)
+    if sep and not all(_SCHEME.fullmatch(part) for part in scheme.split("::")):
+        spaces = " (spaces around it?)" if scheme != scheme.strip() else ""
+        raise InvalidQueueName(f"{text!r:.80}: {scheme!r:.40} is not a URL scheme{spaces}")
     if sep and scheme != "file":
         return scheme, f"{scheme}://{rest}"
     return None, text
@@ -194,21 +197,42 @@ _LIKELY_SCHEMES = {"s3", "s3a", "gs", "gcs", "file", "memory", "http", "https", 
 _WEB = {"http", "https"}
 
 
-def _refuse_mistyped_url(path: str) -> None:
-    """Refuse a local path that starts like a URL with a slash or two missing
-    (``s3:/bucket/q``, ``s3:bucket/q``): it would make a directory ``s3:``."""
+def mistyped_url(path: str) -> str | None:
+    """The URL that a local path starting like a URL with a slash or two
+    missing (``s3:/bucket/q``, ``s3:bucket/q``, ``file:/tmp/q``) probably
+    meant, or ``None`` if it does not look like one."""
     head = path.split("/", 1)[0]
-    prefix, colon, _ = head.partition(":")
+    prefix, colon, rest = path.partition(":")
     known = _LIKELY_SCHEMES | set(_registered) | set(_installed_plugins())
-    if colon and prefix.lower() in known:
-        fixed = f"{prefix.lower()}://{path[len(prefix) + 1 :].lstrip('/')}"
+    if not colon or ":" not in head or prefix.lower() not in known:
+        return None
+    scheme = prefix.lower()
+    if scheme == "file":  # file:///tmp/q is /tmp/q; file:tmp/q would be tmp/q
+        return f"file://{rest}" if rest.startswith("/") else rest
+    return f"{scheme}://{rest.lstrip('/')}"
+
+
+def _refuse_mistyped_url(path: str) -> None:
+    """Refuse a local path that looks like a mistyped URL: it would make a
+    directory ``s3:``."""
+    fixed = mistyped_url(path)
+    if fixed is not None:
         raise InvalidQueueName(
             f"{path!r:.80} looks like a mistyped URL: did you mean {fixed!r:.80}?"
         )
 
 
 def _file_url_path(url: str, path: str) -> str:
-    """The path of a ``file://`` URL; an empty one would be the working directory."""
+    """The path of a ``file://`` URL (RFC 8089: its host, if any, must be
+    ``localhost``); an empty one would be the working directory."""
+    host, slash, rest = path.partition("/")
+    if host.lower() == "localhost":
+        path = slash + rest
+    elif host:  # fsspec would take file://tmp/q for the relative path tmp/q
+        raise InvalidQueueName(
+            f"{url!r:.80} names the host {host!r:.40}: a local directory is "
+            f"'file:///{path}' (three slashes) or a plain path"
+        )
     if not path.strip():
         raise InvalidQueueName(f"{url!r:.80}: a file:// URL needs a path")
     return path
