@@ -17,7 +17,6 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Iterator
-from itertools import islice
 from typing import Any, BinaryIO
 
 import click
@@ -34,6 +33,7 @@ from ._cli_common import (
 )
 from ._cli_demo import demo
 from ._cli_interrupt import Interrupted, handling, interruptible, pending, release, take
+from ._cli_lines import LineBatches
 from ._cli_load import pump, sink
 from ._cli_move import move
 from ._cli_ops import gc, purge, queues, redrive_command, stats
@@ -158,9 +158,10 @@ def send(
     """Send each BODY, or stdin as one message, or one per line of --file.
 
     A body read from stdin loses one trailing newline unless --raw is given.
-    Prints the id of each message sent, a batch as soon as it is sent: stopped
-    by Ctrl-C or SIGTERM, it has printed the id of every message it sent (and
-    says how many on stderr).
+    --file sends --batch lines at a time, or what came before the input
+    paused (0.1 s). Prints the id of each message sent, a batch as soon as it
+    is sent: stopped by Ctrl-C or SIGTERM, it sends the whole lines it read,
+    has printed the id of every message it sent, and says how many on stderr.
     """
     if bodies and lines_file is not None:
         raise click.UsageError("give BODY arguments or --file, not both")
@@ -178,21 +179,31 @@ def send(
 
 
 def _send_lines(queue: Queue, lines: BinaryIO, batch: int, delay: float) -> None:
-    """One message per line, ``batch`` lines at a time: a signal stops it
-    while it reads (the lines of a batch not sent yet are dropped), never
-    between a send and the printing of its ids."""
+    """One message per line, ``batch`` lines at a time or what came before
+    the input paused: a signal stops it while it reads, after it has sent the
+    whole lines it read (a line not ended yet is dropped), never between a
+    send and the printing of its ids."""
     report = Report(_sent_text, sent=0, queue=queue.url)
-    rows = iter(lines)
+    reader = LineBatches(lines, batch)
+
+    def send(chunk: list[bytes]) -> None:
+        ids = queue.send_batch([_strip_eol(line) for line in chunk], delay=delay)
+        _out_ids(ids)
+        report.add("sent", len(ids))
+        bar.update(len(ids))
+
     with progress_bar("sent") as bar:
         while True:
-            with interruptible():
-                chunk = list(islice(rows, batch))
+            try:
+                with interruptible():
+                    chunk = reader.next()
+            except Interrupted:
+                if reader.held:  # read from the input, which cannot give them again
+                    send(reader.held)
+                raise
             if not chunk:
                 break
-            ids = queue.send_batch([_strip_eol(line) for line in chunk], delay=delay)
-            _out_ids(ids)
-            report.add("sent", len(ids))
-            bar.update(len(ids))
+            send(chunk)
     report.done(say=False)
 
 
