@@ -9,6 +9,7 @@ import itertools
 import json
 import shutil
 import subprocess
+import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -152,3 +153,36 @@ def test_demo_uses_a_queue_of_its_own_and_leaves_others_alone(tmp_path: Path) ->
     foreign = visible(jobs)
     assert [(m.body, m.receive_count) for m in foreign] == [(b"foreign 1", 0), (b"foreign 2", 0)]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["jobs", kept.name]
+
+
+#: A client library that logs its retries with a traceback (as gcsfs does)
+#: before the store gives up.
+NOISY_STORE = """
+import logging, sys
+import vsqs, vsqs._cli, vsqs.stores
+
+def noisy(url, options):
+    try:
+        raise ConnectionError("connect call failed")
+    except ConnectionError:
+        logging.getLogger("somelib.retry").error("out of retries", exc_info=True)
+    raise vsqs.StorageError(f"opening {url}: connect call failed")
+
+vsqs.stores.register_scheme("noisy", noisy)
+vsqs._cli.run(sys.argv[1:])
+"""
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_a_client_librarys_log_records_show_only_with_v(tmp_path: Path, verbose: bool) -> None:
+    """``vsqs send gs://...`` without network printed four gcsfs tracebacks
+    before its one-line error."""
+    argv = ["send", "noisy://b/q", "x", *(["-v"] if verbose else [])]
+    done = subprocess.run(
+        [sys.executable, "-c", NOISY_STORE, *argv], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1
+    if verbose:
+        assert "vsqs: ERROR: out of retries" in done.stderr and "Traceback" in done.stderr
+    else:
+        assert done.stderr == "vsqs: error: opening noisy://b/q: connect call failed\n"

@@ -22,6 +22,7 @@ from typing import Any, BinaryIO
 import click
 
 from ._cli_common import (
+    OWN_RECORDS,
     SECONDS,
     batch_option,
     create_option,
@@ -406,7 +407,10 @@ for _command in (stats, purge, redrive_command, move, gc, queues, pump, sink, de
 # -------------------------------------------------------------- the script
 def run(argv: list[str] | None = None) -> None:
     """The console script: click with one-line errors and conventional exit codes."""
-    logging.basicConfig(format="vsqs: %(levelname)s: %(message)s", stream=sys.stderr)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("vsqs: %(levelname)s: %(message)s"))
+    handler.addFilter(OWN_RECORDS)
+    logging.getLogger().addHandler(handler)
     logging.getLogger("vsqs").setLevel(_env_level())
     meta: dict[str, Any] = {}
     with handling():

@@ -19,9 +19,25 @@ from ._queue import Queue
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+class OwnRecords(logging.Filter):
+    """Only vsqs's own log records, until ``-v`` lets a client library's
+    warnings through too (gcsfs logs each failed retry with a traceback:
+    that would break the rule of one line per error)."""
+
+    others = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.others or record.name == "vsqs" or record.name.startswith("vsqs.")
+
+
+#: The filter on the console script's log handler.
+OWN_RECORDS = OwnRecords()
+
+
 def _set_verbosity(ctx: click.Context, _param: click.Parameter, count: int) -> None:
     if count:
         logging.getLogger("vsqs").setLevel(logging.INFO if count == 1 else logging.DEBUG)
+        OWN_RECORDS.others = True
         ctx.meta["vsqs.traceback"] = True
 
 
