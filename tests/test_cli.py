@@ -247,6 +247,31 @@ def test_environment_defaults(tmp_path: Path) -> None:
         assert run("stats", q, env={"VSQS_LOG_LEVEL": level}).returncode == 0
 
 
+def test_create_sets_every_queue_default(tmp_path: Path) -> None:
+    """``create`` had no option for the retry delays or the maximum size (only
+    the library and VSQS_* set them); what it prints is the whole config."""
+    q = str(tmp_path / "q")
+    argv = ["--retry-delay", "2", "--max-retry-delay", "60", "--max-message-size", "1000"]
+    created = json.loads(ok("create", q, *argv, "--json"))
+    assert created | {"queue": q} == {
+        "queue": q,
+        "visibility_timeout": 30.0,
+        "max_receives": None,
+        "dead_letter": None,
+        "retry_delay": 2.0,
+        "max_retry_delay": 60.0,
+        "max_message_size": 1000,
+    }
+    config = vsqs.Queue(q).config
+    assert (config.retry_delay, config.max_retry_delay, config.max_message_size) == (2, 60, 1000)
+    assert "retry_delay=2s max_retry_delay=60s max_message_size=1000" in said("create", q)
+    too_big = run("send", q, "x" * 1001)
+    assert too_big.returncode == 1 and "at most 1,000" in too_big.stderr
+    for bad in (["--retry-delay", "3"], ["--retry-delay", "0.001"], ["--max-message-size", "0"]):
+        done = run("create", str(tmp_path / "q2" if "0.001" in bad else q), *bad)
+        assert done.returncode in (1, 2) and done.stderr.count("\n") == 1, done.stderr
+
+
 def test_s3_queue_from_store_environment_and_options(s3_server: Server) -> None:
     url = s3_server.url("cli")
     client = s3_server.storage_options["client_kwargs"]

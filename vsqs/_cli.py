@@ -17,6 +17,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Iterator
+from dataclasses import asdict
 from typing import Any, BinaryIO
 
 import click
@@ -99,34 +100,40 @@ def main() -> None:
     "--max-receives", type=click.IntRange(1), metavar="N", help="Receives before dead-lettering."
 )
 @click.option("--dead-letter", metavar="QUEUE", help="Dead-letter queue (name or URL).")
+@click.option(
+    "--retry-delay",
+    type=SECONDS,
+    metavar="SECONDS",
+    help="consume: first delay before a failed message is retried (doubles per receive).",
+)
+@click.option(
+    "--max-retry-delay", type=SECONDS, metavar="SECONDS", help="consume: the longest retry delay."
+)
+@click.option(
+    "--max-message-size",
+    type=click.IntRange(1),
+    metavar="BYTES",
+    help="Largest body sends take and receivers read.",
+)
 @json_option
 @queue_options
-def create(
-    url: str,
-    visibility_timeout: float | None,
-    max_receives: int | None,
-    dead_letter: str | None,
-    as_json: bool,
-) -> None:
-    """Create QUEUE with these defaults (or check an existing one agrees)."""
-    with open_queue(
-        url,
-        create=True,
-        visibility_timeout=visibility_timeout,
-        max_receives=max_receives,
-        dead_letter=dead_letter,
-    ) as queue:
+def create(url: str, as_json: bool, **defaults: Any) -> None:
+    """Create QUEUE with these defaults (or check an existing one agrees).
+
+    Unset ones come from the VSQS_* environment variables, else vsqs's own.
+    """
+    with open_queue(url, create=True, **defaults) as queue:
         config = queue.config
     Report(
         lambda f: (
             f"{f['queue']}: visibility_timeout={f['visibility_timeout']:g}s "
-            f"max_receives={f['max_receives']} dead_letter={f['dead_letter']}"
+            f"max_receives={f['max_receives']} dead_letter={f['dead_letter']} "
+            f"retry_delay={f['retry_delay']:g}s max_retry_delay={f['max_retry_delay']:g}s "
+            f"max_message_size={f['max_message_size']}"
         ),
         as_json=as_json,
         queue=queue.url,
-        visibility_timeout=config.visibility_timeout,
-        max_receives=config.max_receives,
-        dead_letter=config.dead_letter,
+        **asdict(config),
     ).done()
 
 
