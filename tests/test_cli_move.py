@@ -124,6 +124,24 @@ def test_a_destination_that_fails_half_way_loses_nothing_and_holds_nothing(
     assert set(left).isdisjoint(sent[: report["moved"]]), "a message moved was not deleted"
 
 
+def test_a_message_too_large_for_the_destination_is_named_and_the_ones_before_it_move(
+    tmp_path: Path,
+) -> None:
+    """It said only 'message 50 of the batch is 200 bytes', and moved none of
+    that batch."""
+    src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
+    ids = vsqs.Queue(src).send_batch(["a", "b", "c" * 200, "d"])
+    ok("create", dst, "--max-message-size", "100")
+    failed = run("move", src, dst)
+    assert failed.returncode == 1
+    assert failed.stderr == (
+        f"vsqs: error: message {ids[2]} of {src} is 200 bytes; {dst} takes at most 100 "
+        f"(its max_message_size); so far: moved 2 messages from {src} to {dst}\n"
+    )
+    assert bodies_of(dst) == ["a", "b"] and bodies_of(src) == ["c" * 200, "d"]
+    assert counts(src) == (2, 0)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupted_move_reports_exactly_what_moved_and_gives_back_the_rest(
     tmp_path: Path, signum: int

@@ -27,6 +27,7 @@ from ._cli_common import (
 )
 from ._cli_interrupt import checkpoint, release, take
 from ._cli_report import Report, json_option
+from ._errors import MessageTooLarge
 from ._message import Message
 from ._place import refuse_same
 from ._queue import Queue
@@ -80,9 +81,25 @@ def move(
                 got = take(src, room, visibility_timeout=visibility_timeout)
                 if not got:
                     break
-                moved = _move_batch(src, dst, got, report)
-                bar.update(moved)
+                fits, too_big = _fitting(got, dst.config.max_message_size)
+                if fits:
+                    bar.update(_move_batch(src, dst, fits, report))
+                if too_big:
+                    release(src, too_big)
+                    raise MessageTooLarge(
+                        f"message {too_big[0].id} of {src.url} is {len(too_big[0].body):,} "
+                        f"bytes; {dst.url} takes at most {dst.config.max_message_size:,} "
+                        "(its max_message_size)"
+                    )
         report.done()
+
+
+def _fitting(batch: list[Message], limit: int) -> tuple[list[Message], list[Message]]:
+    """``batch`` cut before its first body of more than ``limit`` bytes."""
+    for i, message in enumerate(batch):
+        if len(message.body) > limit:
+            return batch[:i], batch[i:]
+    return batch, []
 
 
 def _moved_text(f: dict[str, Any]) -> str:
