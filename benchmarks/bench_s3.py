@@ -1,7 +1,7 @@
 """Object-store benchmarks: requests per message by store, and throughput against raw requests.
 
 Starts a moto S3 server on 127.0.0.1 (an OS-chosen port) in a subprocess, and,
-where they are installed, a single-node Ceph RGW (``.ci/install-ceph``) and
+where they are installed, a single-node Ceph RGW (``.ci/install-debian``) and
 fake-gcs-server, and measures, in the same run:
 
 * per store (and so per protocol the probe picks), the requests each

@@ -5,7 +5,7 @@ the beast front end, all in the foreground as subprocesses of this one, with no 
 auth and every file (config, data, logs, pid files, admin sockets) in a fresh
 temporary directory, so several can run side by side and nothing is left behind
 (the daemons also die with the process that started them, should it be killed).
-``.ci/install-ceph`` installs the Debian packages it needs; :func:`ceph_available`
+``.ci/install-debian`` installs the Debian packages it needs; :func:`ceph_available`
 tells whether they are there.
 
 Run as a script it prints the endpoint and the s3fs options, then stops when its
@@ -107,7 +107,7 @@ rgw_override_bucket_index_max_shards = 1
 
 
 def ceph_available() -> bool:
-    """Whether the Ceph binaries this module runs are installed (``.ci/install-ceph``)."""
+    """Whether the Ceph binaries this module runs are installed (``.ci/install-debian``)."""
     return all(shutil.which(name) for name in BINARIES)
 
 
@@ -294,7 +294,7 @@ def ceph_rgw(bucket: str) -> Iterator[dict[str, Any]]:
 
 if __name__ == "__main__":
     if not ceph_available():
-        sys.exit("Ceph is not installed: run .ci/install-ceph")
+        sys.exit("Ceph is not installed: run .ci/install-debian")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the daemons on TERM too
     started = time.monotonic()
     with ceph_rgw(sys.argv[1] if len(sys.argv) > 1 else "vsqs-test") as opts:

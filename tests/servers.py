@@ -96,7 +96,7 @@ REQUIRE_CEPH = "VSQS_REQUIRE_CEPH"
 @pytest.fixture(scope="session")
 def ceph_server() -> Iterator[Server]:
     if not ceph_available():
-        message = "Ceph RGW is not installed (run .ci/install-ceph)"
+        message = "Ceph RGW is not installed (run .ci/install-debian)"
         if os.environ.get(REQUIRE_CEPH):
             pytest.fail(message)
         pytest.skip(message)
