@@ -8,6 +8,7 @@ again at once after the child exits can only have been released by it.
 
 from __future__ import annotations
 
+import logging
 import os
 import selectors
 import signal
@@ -90,8 +91,24 @@ def test_a_stopped_worker_releases_what_it_holds_and_says_so_once(
 ) -> None:
     q = vsqs.Queue(tmp_path / "jobs", visibility_timeout=3600)
     q.send_batch([b"quick", b"quick", b"slow"])
+    (held,), status, err = stopped_while_holding(worker, [q.url, mode], 1, sent)
+    assert status == exit_status, err
+    assert [line for line in err.splitlines() if "consume stopped" in line] == [
+        f"{q.url}: consume stopped by {stopped_by}: handled 2 (2 succeeded), "
+        "released 1 in hand (visible again now)"
+    ], err
+    again = q.receive(wait=0)  # an hour before its visibility timeout
+    assert again is not None and (again.id, again.receive_count) == (held, 2)
+    assert q.stats().ready == 0
+
+
+def stopped_while_holding(
+    worker: str, argv: list[str], holding: int, signum: int
+) -> tuple[list[str], int, str]:
+    """Run ``worker``; once it says it holds ``holding`` messages, send it
+    ``signum``; the ids it held, its exit status and its stderr."""
     child = subprocess.Popen(
-        [sys.executable, "-c", worker, str(tmp_path / "jobs"), mode],
+        [sys.executable, "-c", worker, *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -99,25 +116,60 @@ def test_a_stopped_worker_releases_what_it_holds_and_says_so_once(
     )
     try:
         assert child.stdout is not None
+        held = []
         with selectors.DefaultSelector() as waiting:  # (select() fails on descriptors > 1023)
             waiting.register(child.stdout, selectors.EVENT_READ)
-            assert waiting.select(120), "the worker never reached its handler"
-        held = child.stdout.readline().split()
-        assert held[:1] == ["holding"], held
-        child.send_signal(sent)
+            while len(held) < holding:
+                assert waiting.select(120), "the worker never reached its handler"
+                said = child.stdout.readline().split()
+                assert said[:1] == ["holding"], said
+                held.append(said[1])
+        child.send_signal(signum)
         _, err = child.communicate(timeout=120)
     finally:
         if child.poll() is None:
             child.kill()
             child.wait()
-    assert child.returncode == exit_status, err
-    assert [line for line in err.splitlines() if "consume stopped" in line] == [
-        f"{q.url}: consume stopped by {stopped_by}: handled 2 (2 succeeded), "
+    return held, child.returncode, err
+
+
+#: Two consumes side by side on one loop, each holding a message.
+AIO_SIDE_BY_SIDE = """
+import asyncio, signal, sys, vsqs.aio
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+async def handle(message):
+    print("holding", message.id, flush=True)
+    await asyncio.sleep(3600)
+
+async def main():
+    async with vsqs.aio.Queue(sys.argv[1]) as a, vsqs.aio.Queue(sys.argv[2]) as b:
+        await asyncio.gather(a.consume(handle), b.consume(handle))
+
+asyncio.run(main())
+"""
+
+
+def test_sigterm_stops_every_aio_consume_of_a_loop_and_each_releases(tmp_path: Path) -> None:
+    """The first consume to be done raised SystemExit in its task: the other's
+    release was cancelled in one run of ten (its message hidden for an hour),
+    and asyncio logged 'Task exception was never retrieved'."""
+    queues = [vsqs.Queue(tmp_path / name, visibility_timeout=3600) for name in "ab"]
+    sent = {q.send(q.url.encode()): q for q in queues}
+    held, status, err = stopped_while_holding(
+        AIO_SIDE_BY_SIDE, [q.url for q in queues], 2, signal.SIGTERM
+    )
+    assert status == 143, err
+    assert sorted(line for line in err.splitlines() if "consume stopped" in line) == [
+        f"{q.url}: consume stopped by SIGTERM: handled 0 (0 succeeded), "
         "released 1 in hand (visible again now)"
+        for q in queues
     ], err
-    again = q.receive(wait=0)  # an hour before its visibility timeout
-    assert again is not None and (again.id, again.receive_count) == (held[1], 2)
-    assert q.stats().ready == 0
+    assert "Traceback" not in err and "never retrieved" not in err, err
+    assert sorted(held) == sorted(sent)
+    for message_id, q in sent.items():
+        again = q.receive(wait=0)  # an hour before its visibility timeout
+        assert again is not None and (again.id, again.receive_count) == (message_id, 2)
 
 
 def test_consume_turns_sigterm_into_an_exit_only_while_it_runs_and_only_if_default(
@@ -194,5 +246,79 @@ def test_aio_consume_takes_sigterm_only_while_one_runs_and_only_if_default(
         signal.signal(signal.SIGTERM, own)
         assert asyncio.run(side_by_side()) == [own] * 3
         assert signal.getsignal(signal.SIGTERM) is own
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_an_aio_consume_cancelled_while_it_deletes_lets_the_delete_finish(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A cancel while a handled message was being deleted released it too, in
+    another thread: it came back and was handled twice."""
+    import asyncio
+
+    import vsqs.aio
+
+    sync = vsqs.Queue(tmp_path / "q", visibility_timeout=3600)
+    sync.send(b"job")
+    deleting, go_on = threading.Event(), threading.Event()
+    delete = sync.delete
+
+    def slow_delete(message: vsqs.Message | str) -> None:
+        deleting.set()
+        assert go_on.wait(120)
+        delete(message)
+
+    sync.delete = slow_delete  # type: ignore[method-assign]
+
+    async def main() -> None:
+        async with vsqs.aio.Queue(sync) as q:
+            task = asyncio.create_task(q.consume(lambda message: None))
+            assert await asyncio.to_thread(deleting.wait, 120)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            go_on.set()
+
+    with caplog.at_level(logging.WARNING, logger="vsqs"):
+        asyncio.run(main())
+    stopped = [r.getMessage() for r in caplog.records if "consume stopped" in r.getMessage()]
+    assert stopped == [
+        f"{sync.url}: consume stopped by CancelledError: handled 0 (0 succeeded), "
+        "released 0 in hand (visible again now)"
+    ]
+    assert not [r for r in caplog.records if "visible again before" in r.getMessage()]
+    assert sync.stats().ready + sync.stats().in_flight == 0
+
+
+def test_a_sigterm_handler_installed_while_an_aio_consume_runs_is_kept(tmp_path: Path) -> None:
+    """The consume's end put SIG_DFL back (or removed the loop's handler)
+    over the one the user had installed meanwhile."""
+    import asyncio
+
+    import vsqs.aio
+
+    own: Callable[[int, object], None] = lambda signum, frame: None  # noqa: E731
+
+    async def install(message: vsqs.aio.Message) -> None:
+        if message.body == b"signal":
+            signal.signal(signal.SIGTERM, own)
+        else:
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, lambda: None)
+
+    async def consume(body: bytes) -> object:
+        async with vsqs.aio.Queue(tmp_path / "q") as q:
+            await q.send(body)
+            await q.consume(install, max_messages=1)
+            after = signal.getsignal(signal.SIGTERM)
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGTERM)
+            return after
+
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        assert asyncio.run(consume(b"signal")) is own
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        kept = asyncio.run(consume(b"loop"))
+        assert kept not in (signal.SIG_DFL, own) and callable(kept)  # the loop's own
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -24,23 +24,20 @@ import asyncio
 import functools
 import inspect
 import logging
-import signal
 import threading
-import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from datetime import datetime
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
 from . import _message, _queue
+from ._aio_sigterm import sigterm_cancels
 from ._config import positive_int
 from ._dead_letter import redrive as sync_redrive
 from ._errors import VsqsError
 from ._message import Body, DeadLettered, DeleteResult, Progress, QueueStats
 from ._worker import (
-    SIGTERM_EXIT,
     Backoff,
     ConsumePacing,
     FailureLog,
@@ -288,34 +285,48 @@ class Queue:
         pacing = ConsumePacing(queue, max_messages, idle_timeout, stop)
         failures = failure_log(queue)
         run = Run()
-        try:
-            with sigterm_cancels(run):
+        with sigterm_cancels(run):
+            try:
                 while (poll := pacing.next_wait()) is not None:
                     message = await self.receive(visibility_timeout=vt, wait=poll)
                     if message is None:
                         continue
                     pacing.received()
                     run.held = message.sync
-                    ok = await self._handle(message, handler, vt, backoff, failures)
-                    run.held = None
+                    ok = await self._handle(message, handler, vt, backoff, failures, run)
                     run.handled += 1
                     if ok:
                         run.succeeded += 1
                         failures.succeeded(message.sync)
                         pacing.succeeded()
-        except BaseException as exc:  # a cancellation, Ctrl-C, SIGTERM, SystemExit, an error
-            released = await self._call(run.release_held, queue)
-            if not isinstance(exc, Exception):
-                run.stopped(queue, exc, released)
-            if run.sigterm:
-                raise SystemExit(SIGTERM_EXIT) from None
-            raise
+            except BaseException as exc:  # a cancellation, Ctrl-C, SIGTERM, SystemExit, an error
+                await self._release_held(queue, run, exc)
+                raise
         return run.succeeded
 
+    async def _release_held(self, queue: _queue.Queue, run: Run, exc: BaseException) -> None:
+        """Release the message in hand (and log the line of an interruption)
+        in the queue's threads: done even if this task is cancelled again, as
+        ``asyncio.run`` cancels every task once its loop stops."""
+        job = self._executor.submit(run.release_held, queue)
+        if not isinstance(exc, Exception):
+            job.add_done_callback(
+                lambda done: run.stopped(queue, exc, 0 if done.exception() else done.result())
+            )
+        await asyncio.shield(asyncio.wrap_future(job))
+
     async def _handle(
-        self, message: Message, handler: Handler, vt: float, backoff: Backoff, failures: FailureLog
+        self,
+        message: Message,
+        handler: Handler,
+        vt: float,
+        backoff: Backoff,
+        failures: FailureLog,
+        run: Run,
     ) -> bool:
-        """Run the handler and settle the message; a cancellation leaves it held."""
+        """Run the handler and settle the message. A cancellation while the
+        handler runs leaves it held (in ``run``); once the handler is done,
+        its settling goes on in the queue's threads whatever happens here."""
         heartbeat = asyncio.create_task(self._heartbeat(message, vt)) if vt > 0 else None
         try:
             try:
@@ -324,9 +335,11 @@ class Queue:
                 if heartbeat is not None:
                     heartbeat.cancel()
         except Exception as exc:
+            run.held = None
             delay = backoff.delay(message.receive_count)
             failures.failed(message.sync, exc, delay)
             return await self._settle(message, failed=True, delay=delay)
+        run.held = None
         return await self._settle(message, failed=False)
 
     async def _run(self, handler: Handler, message: Message) -> None:
@@ -352,61 +365,6 @@ class Queue:
     async def _settle(self, message: Message, *, failed: bool, delay: float = 0) -> bool:
         queue = await self.open()
         return await self._call(settle, queue, message.sync, failed=failed, delay=delay)
-
-
-class _SigtermCancels:
-    """The ``consume`` calls that SIGTERM cancels, per event loop."""
-
-    def __init__(self) -> None:
-        self.runs: dict[asyncio.Task[Any], Run] = {}
-
-    def __call__(self) -> None:
-        for task, run in self.runs.items():
-            run.sigterm = True
-            task.cancel()
-
-
-_sigterm_cancels: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _SigtermCancels] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-@contextmanager
-def sigterm_cancels(run: Run) -> Iterator[None]:
-    """asyncio's :func:`vsqs._worker.sigterm_exits`: while this lasts, SIGTERM
-    cancels the task running it, which then exits with status 143 once it
-    has released what it holds. Only in the main thread, on a loop that
-    takes signal handlers, and only if SIGTERM's handler was the default one
-    when the first of a loop's ``consume`` calls started; the default handler
-    is put back when the last one ends. A handler of the user's is left alone."""
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    cancels = _sigterm_cancels.get(loop)
-    if cancels is None and task is not None and _sigterm_is_default():
-        try:
-            loop.add_signal_handler(signal.SIGTERM, cancels := _SigtermCancels())
-        except (NotImplementedError, RuntimeError):  # no Unix signals on this loop
-            cancels = None
-        else:
-            _sigterm_cancels[loop] = cancels
-    if cancels is None or task is None:
-        yield
-        return
-    cancels.runs[task] = run
-    try:
-        yield
-    finally:
-        del cancels.runs[task]
-        if not cancels.runs:
-            del _sigterm_cancels[loop]
-            loop.remove_signal_handler(signal.SIGTERM)
-
-
-def _sigterm_is_default() -> bool:
-    return (
-        threading.current_thread() is threading.main_thread()
-        and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
-    )
 
 
 async def redrive(
