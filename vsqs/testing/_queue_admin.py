@@ -163,9 +163,9 @@ class AdminTests:
         """The guard of moves between queues: two queues are two places, one
         is one; looking writes a ``.new`` probe that is gone afterwards."""
         with vsqs.Queue(store) as q, vsqs.Queue(store.sibling("other")) as other:
-            probe = names.MsClock(q.clock).next_id
-            assert not same_place(q.store, other.store, probe())
-            assert not same_place(other.store, q.store, probe())
+            fresh_id = names.MsClock(q.clock).next_id
+            assert not same_place(q.store, other.store, fresh_id)
+            assert not same_place(other.store, q.store, fresh_id)
             for place in (store, other.store):
                 assert [n for n in listing(place) if n.endswith(names.NEW_SUFFIX)] == []
 
