@@ -155,6 +155,9 @@ def test_a_dead_letter_queue_is_recognised_however_the_config_names_it(
         ("{q}/", "cannot be its own dead-letter queue"),
         ("file://{q}", "cannot be its own dead-letter queue"),
         ("{alias}", "cannot be its own dead-letter queue"),
+        ("file://localhost{q}", "cannot be its own dead-letter queue"),
+        ("memory://{q}", "cannot be its own dead-letter queue"),
+        ("MEMORY://{q}/", "cannot be its own dead-letter queue"),
     ],
 )
 def test_a_dead_letter_queue_that_could_never_be_used_is_refused_at_creation(
@@ -165,8 +168,9 @@ def test_a_dead_letter_queue_that_could_never_be_used_is_refused_at_creation(
     receive count for ever. Nothing is created, no request is sent."""
     (tmp_path / "alias").symlink_to(tmp_path / "q", target_is_directory=True)
     target = dead_letter.format(q=tmp_path / "q", alias=tmp_path / "alias")
+    queue = f"memory://{tmp_path}/q" if "emory" in dead_letter else tmp_path / "q"
     with pytest.raises(vsqs.VsqsError, match=error) as refused:
-        vsqs.Queue(tmp_path / "q", max_receives=1, dead_letter=target)
+        vsqs.Queue(queue, max_receives=1, dead_letter=target)
     assert "\n" not in str(refused.value)
     assert not (tmp_path / "q").exists()
 

@@ -31,7 +31,7 @@ from ._inspect import message_count
 from ._message import DeadLettered, Message, Progress, hold, read_origin
 from ._place import refuse_same
 from ._publish import publish
-from ._registry import check_location, open_store
+from ._registry import check_location, location_key, open_store
 from ._store import Store
 
 if TYPE_CHECKING:
@@ -144,7 +144,7 @@ def check_target(target: str | None, own_url: str, *, given: bool) -> None:
     if not given:
         return
     own_name = own_url.rstrip("/").rpartition("/")[2]
-    if target == own_name if sibling else _same_location(target.rstrip("/"), own_url):
+    if target == own_name if sibling else _same_location(target, own_url):
         raise InvalidArgument(
             f"{own_url} cannot be its own dead-letter queue (dead_letter {target!r:.80})"
         )
@@ -244,18 +244,8 @@ def _orphan_origins(store: Store) -> set[str]:
 
 
 def _same_location(a: str, b: str) -> bool:
-    """Whether two store URLs name one queue (local paths and ``file://``
-    URLs: after symlinks)."""
-    a, b = _local_form(a), _local_form(b)
-    if a == b:
-        return True
-    return "://" not in a and "://" not in b and os.path.realpath(a) == os.path.realpath(b)
-
-
-def _local_form(url: str) -> str:
-    """A ``file://`` URL as the path it names; other URLs as they are."""
-    scheme, sep, rest = url.partition("://")
-    return rest if sep and scheme.lower() == "file" else url
+    """Whether two paths or URLs name one queue, as far as their spelling tells."""
+    return location_key(a) == location_key(b)
 
 
 def _location_url(location: object, storage_options: dict[str, Any] | None) -> str:

@@ -149,6 +149,22 @@ def check_location(location: str) -> None:
             _filesystem_class(protocol)
 
 
+#: Schemes that name the stores of another (``s3a`` is Hadoop's name for S3).
+_ALIASES = {"s3a": "s3", "gcs": "gs"}
+
+
+def location_key(location: str) -> str:
+    """What two spellings of one queue location have in common, found without
+    making a store: a local path or ``file://`` URL as its real path (after
+    symlinks); an object-store URL as its scheme (aliases folded) and its
+    path without slashes around it. Two endpoints of one server are not
+    found out this way (:func:`vsqs._place.same_place` looks)."""
+    scheme, url = _split(location)
+    if scheme is None:
+        return os.path.realpath(_local_path(url))
+    return f"{_ALIASES.get(scheme, scheme)}://{url.partition('://')[2].strip('/')}"
+
+
 def _split(location: object) -> tuple[str | None, str]:
     """``(scheme, url)`` of an object-store URL (scheme in lower case), or
     ``(None, text)`` of a local path or ``file://`` URL."""
