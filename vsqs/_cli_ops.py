@@ -23,7 +23,7 @@ from ._cli_common import (
 )
 from ._cli_interrupt import checkpoint, interruptible
 from ._cli_report import Report, json_option, out_line
-from ._dead_letter import redrive
+from ._dead_letter import check_missing, redrive
 from ._errors import QueueNotFound
 from ._message import QueueStats
 from ._names import CONFIG_NAME
@@ -224,10 +224,10 @@ def redrive_command(
     report = Report(_redrive_text, as_json=as_json, moved=0, dead_letter=dead_letter, source=source)
     try:
         dlq = open_queue(dead_letter, one_of_two=True)
-    except QueueNotFound:  # never created: nothing was dead-lettered, if SOURCE names it
+    except QueueNotFound:
         with open_queue(source, one_of_two=True) as target:
             options = storage_options_for(dead_letter, one_of_two=True)
-            redrive(dead_letter, target, storage_options=options, force=force)  # 0, or refused
+            check_missing(dead_letter, target, storage_options=options, force=force)
         report.done()
         return
     with (

@@ -248,6 +248,15 @@ def _same_location(a: str, b: str) -> bool:
     return location_key(a) == location_key(b)
 
 
+def check_missing(
+    dead_letter: object, target: Queue, *, storage_options: dict[str, Any] | None, force: bool
+) -> None:
+    """For a dead-letter queue that does not exist: it was never created, so
+    nothing was dead-lettered (as ``stats()`` counts it), if ``target`` names
+    it; else it is a misspelling, refused unless ``force``."""
+    _check_named(_location_url(dead_letter, storage_options), target, force)
+
+
 def _location_url(location: object, storage_options: dict[str, Any] | None) -> str:
     """The URL a queue at ``location`` would have (nothing is opened)."""
     store = open_store(location, storage_options)
@@ -343,9 +352,7 @@ def redrive(
         try:
             dlq = queue(dead_letter)
         except QueueNotFound:
-            # Never created, so nothing was dead-lettered (as stats() counts it),
-            # if it is the source's dead-letter queue; else a misspelling.
-            _check_named(_location_url(dead_letter, storage_options), queue(source), force)
+            check_missing(dead_letter, queue(source), storage_options=storage_options, force=force)
             return 0
         target = queue(source)
         _check_redrive(dlq, target, force)
