@@ -7,6 +7,7 @@ its directory behind)."""
 from __future__ import annotations
 
 import fcntl
+import io
 import json
 import os
 import signal
@@ -206,3 +207,27 @@ def test_an_interrupted_demo_stops_its_processes_reports_and_removes_its_directo
     while not group_gone(proc.pid):  # its processes (and multiprocessing's tracker)
         assert time.monotonic() < give_up, "a process of the demo was left running"
         time.sleep(0.05)
+
+
+def test_a_signal_while_send_file_reads_keeps_every_line_read() -> None:
+    """A signal that came just after a read was acted on before the lines
+    read were kept: 50 lines read, 0 sent. Now only the wait for input is
+    interruptible; the signal is acted on at the next wait."""
+    from vsqs._cli_interrupt import Interrupted, handling
+    from vsqs._cli_lines import LineBatches
+
+    read, write = os.pipe()
+    os.write(write, b"a\nb\nc")
+
+    class SignalledAfterRead(io.BufferedReader):
+        def read1(self, size: int = -1) -> bytes:
+            data = super().read1(size)
+            os.kill(os.getpid(), signal.SIGTERM)  # handled at the next bytecode
+            return data
+
+    with SignalledAfterRead(io.FileIO(read)) as stream, handling():
+        lines = LineBatches(stream, 100)
+        with pytest.raises(Interrupted):
+            lines.next()
+        assert lines.held == [b"a\n", b"b\n"]  # and "c" is not a whole line yet
+    os.close(write)

@@ -203,8 +203,7 @@ def _send_lines(queue: Queue, lines: BinaryIO, batch: int, delay: float) -> None
     with progress_bar("sent") as bar:
         while True:
             try:
-                with interruptible():
-                    chunk = reader.next()
+                chunk = reader.next()
             except Interrupted:
                 if reader.held:  # read from the input, which cannot give them again
                     send(reader.held)

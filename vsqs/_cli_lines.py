@@ -8,6 +8,8 @@ from __future__ import annotations
 import select
 from typing import BinaryIO
 
+from ._cli_interrupt import interruptible
+
 #: Seconds without new input after which the lines read so far form a batch.
 LINGER = 0.1
 #: Bytes asked of the input per read (more than a ``BufferedReader`` buffers,
@@ -19,8 +21,10 @@ class LineBatches:
     """Lines of ``stream`` (each with its ``\\n``; the last one may lack it),
     ``size`` at a time, or fewer once the input paused for ``linger`` seconds.
 
-    :attr:`held` is what was read and not yet handed out: the whole lines
-    of a batch that a signal interrupted.
+    Only the wait for input is :func:`interruptible`: a signal that comes
+    while bytes are read and split is acted on at the next wait, so what
+    :meth:`next` raises on a signal leaves every whole line read in
+    :attr:`held`, and a batch it returned is whole.
     """
 
     def __init__(self, stream: BinaryIO, size: int, linger: float = LINGER) -> None:
@@ -34,9 +38,11 @@ class LineBatches:
     def next(self) -> list[bytes]:
         """The next batch; ``[]`` once the input has ended and every line was handed out."""
         while len(self.held) < self._size and not self._ended:
-            if self.held and not self._poll.poll(int(self._linger * 1000)):
+            with interruptible():
+                ready = self._poll.poll(int(self._linger * 1000) if self.held else None)
+            if not ready:
                 break  # a pause: send what came
-            self._read()
+            self._read()  # at once: the input is readable (or at its end)
         batch, self.held = self.held[: self._size], self.held[self._size :]
         return batch
 
