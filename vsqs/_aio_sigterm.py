@@ -6,10 +6,10 @@ SIGTERM had its default handler when the first of them started, SIGTERM
 cancels every ``consume`` of the loop. Each releases the message it holds
 and logs its line; once the last is done, ``SystemExit(143)`` is raised in
 the loop, outside every task, which ends it (``asyncio.run`` then cancels
-what is left and exits with that status). A second SIGTERM raises it at
-once. The default handler is put back when the last ``consume`` ends,
-unless another was installed meanwhile (``signal.signal``, or the loop's
-``add_signal_handler``): that one is left alone.
+what is left and exits with that status). The default handler is put
+back when the last ``consume`` ends, unless another was installed
+meanwhile (``signal.signal``, or the loop's ``add_signal_handler``): that
+one is left alone.
 """
 
 from __future__ import annotations
@@ -36,9 +36,11 @@ class SigtermCancels:
 
     def _on_signal(self, _signum: int, _frame: FrameType | None) -> None:
         # Between two bytecodes of the loop's own thread: hand over to the loop.
-        self.loop.call_soon_threadsafe(self.exit if self.fired else self._cancel)
+        self.loop.call_soon_threadsafe(self._cancel)
 
     def _cancel(self) -> None:
+        if self.fired:  # the tasks are releasing already: let them
+            return
         self.fired = True
         for task, run in self.runs.items():
             run.sigterm = True

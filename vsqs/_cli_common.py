@@ -154,20 +154,16 @@ def open_queue(
     and the ``-o`` options are for the one on an object store; a local path
     gets none.
     """
+    options = storage_options()
+    if one_of_two and not _object_store_url(url):
+        options = None
     return Queue(
         url,
-        storage_options=storage_options_for(url, one_of_two=one_of_two),
+        storage_options=options,
         create=create,
         unsafe_claims=unsafe_claims(),
         **queue_args,
     )
-
-
-def storage_options_for(url: str, *, one_of_two: bool = False) -> dict[str, Any] | None:
-    """The command's ``-o`` options for the queue at ``url`` (see :func:`open_queue`)."""
-    if one_of_two and not _object_store_url(url):
-        return None
-    return storage_options()
 
 
 def _object_store_url(url: str) -> bool:

@@ -19,11 +19,10 @@ from ._cli_common import (
     progress_callback,
     queue_options,
     storage_options,
-    storage_options_for,
 )
 from ._cli_interrupt import checkpoint, interruptible
 from ._cli_report import Report, json_option, out_line
-from ._dead_letter import check_missing, redrive
+from ._dead_letter import check_missing, check_redrive, move_back
 from ._errors import QueueNotFound
 from ._message import QueueStats
 from ._names import CONFIG_NAME
@@ -226,8 +225,7 @@ def redrive_command(
         dlq = open_queue(dead_letter, one_of_two=True)
     except QueueNotFound:
         with open_queue(source, one_of_two=True) as target:
-            options = storage_options_for(dead_letter, one_of_two=True)
-            check_missing(dead_letter, target, storage_options=options, force=force)
+            check_missing(dead_letter, target, force=force)
         report.done()
         return
     with (
@@ -235,12 +233,13 @@ def redrive_command(
         open_queue(source, one_of_two=True) as target,
         progress_bar("moved", max_messages) as bar,
     ):
+        check_redrive(dlq, target, force)  # once: its probe costs requests
         while max_messages is None or report.fields["moved"] < max_messages:
             checkpoint()
             left = REDRIVE_STEP
             if max_messages is not None:
                 left = min(left, max_messages - report.fields["moved"])
-            moved = redrive(dlq, target, max_messages=left, force=force)
+            moved = move_back(dlq, target, left)
             report.add("moved", moved)
             bar.update(moved)
             if not moved:

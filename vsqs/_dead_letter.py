@@ -31,7 +31,7 @@ from ._inspect import message_count
 from ._message import DeadLettered, Message, Progress, hold, read_origin
 from ._place import refuse_same
 from ._publish import publish
-from ._registry import check_location, location_key, open_store
+from ._registry import check_location, location_key
 from ._store import Store
 
 if TYPE_CHECKING:
@@ -243,31 +243,20 @@ def _orphan_origins(store: Store) -> set[str]:
     return {name for record_of, name in records.items() if record_of not in ids}
 
 
-def _same_location(a: str, b: str) -> bool:
+def _same_location(a: object, b: object) -> bool:
     """Whether two paths or URLs name one queue, as far as their spelling tells."""
     return location_key(a) == location_key(b)
 
 
-def check_missing(
-    dead_letter: object, target: Queue, *, storage_options: dict[str, Any] | None, force: bool
-) -> None:
+def check_missing(dead_letter: object, target: Queue, *, force: bool) -> None:
     """For a dead-letter queue that does not exist: it was never created, so
     nothing was dead-lettered (as ``stats()`` counts it), if ``target`` names
-    it; else it is a misspelling, refused unless ``force``."""
-    _check_named(_location_url(dead_letter, storage_options), target, force)
+    it; else it is a misspelling, refused unless ``force``. Nothing is opened."""
+    where = dead_letter.url if isinstance(dead_letter, Store) else dead_letter
+    _check_named(where, target, force)
 
 
-def _location_url(location: object, storage_options: dict[str, Any] | None) -> str:
-    """The URL a queue at ``location`` would have (nothing is opened)."""
-    store = open_store(location, storage_options)
-    try:
-        return store.url
-    finally:
-        if store is not location:
-            store.close()
-
-
-def _check_redrive(dlq: Queue, target: Queue, force: bool) -> None:
+def check_redrive(dlq: Queue, target: Queue, force: bool) -> None:
     """Refuse a redrive into itself (under any two spellings of one place),
     and one whose source does not name ``dlq`` as its dead-letter queue
     unless ``force``."""
@@ -275,16 +264,18 @@ def _check_redrive(dlq: Queue, target: Queue, force: bool) -> None:
     _check_named(dlq.url, target, force)
 
 
-def _check_named(dlq_url: str, target: Queue, force: bool) -> None:
-    """Unless ``force``, refuse a redrive from ``dlq_url`` into a queue whose
-    config names another dead-letter queue, or none."""
+def _check_named(dlq: object, target: Queue, force: bool) -> None:
+    """Unless ``force``, refuse a redrive from ``dlq`` (a path or URL) into a
+    queue whose config names another dead-letter queue, or none."""
+    if force:
+        return
     named = target.dead_letter_url
-    if force or (named is not None and _same_location(named, dlq_url)):
+    if named is not None and _same_location(named, dlq):
         return
     has = "has no dead-letter queue" if named is None else f"dead-letters to {named}"
     raise InvalidArgument(
-        f"refusing to redrive {dlq_url} into {target.url}: {target.url} {has}, not "
-        f"{dlq_url} (arguments swapped?); force=True (vsqs redrive --force) redrives anyway"
+        f"refusing to redrive {dlq} into {target.url}: {target.url} {has}, not "
+        f"{dlq} (arguments swapped?); force=True (vsqs redrive --force) redrives anyway"
     )
 
 
@@ -334,7 +325,6 @@ def redrive(
     """
     from ._queue import Queue
 
-    moved = 0
     with ExitStack() as opened:
 
         def queue(location: object) -> Queue:
@@ -352,21 +342,31 @@ def redrive(
         try:
             dlq = queue(dead_letter)
         except QueueNotFound:
-            check_missing(dead_letter, queue(source), storage_options=storage_options, force=force)
+            check_missing(dead_letter, queue(source), force=force)
             return 0
         target = queue(source)
-        _check_redrive(dlq, target, force)
-        while max_messages is None or moved < max_messages:
-            batch = dlq.receive_batch(
-                100 if max_messages is None else min(100, max_messages - moved),
-                visibility_timeout=MOVE_HOLD,
-            )
-            if not batch:
-                break
-            for message in batch:
-                if _move_back(message, dlq, target):
-                    moved += 1
-                    if progress is not None:
-                        progress(moved, max_messages)
+        check_redrive(dlq, target, force)
+        moved = move_back(dlq, target, max_messages, progress)
     log.info("redrove %d messages from %s to %s", moved, dlq.url, target.url)
+    return moved
+
+
+def move_back(
+    dlq: Queue, target: Queue, max_messages: int | None, progress: Progress | None = None
+) -> int:
+    """The moves of a redrive that :func:`check_redrive` allowed: up to
+    ``max_messages`` visible messages of ``dlq`` into ``target``; how many."""
+    moved = 0
+    while max_messages is None or moved < max_messages:
+        batch = dlq.receive_batch(
+            100 if max_messages is None else min(100, max_messages - moved),
+            visibility_timeout=MOVE_HOLD,
+        )
+        if not batch:
+            break
+        for message in batch:
+            if _move_back(message, dlq, target):
+                moved += 1
+                if progress is not None:
+                    progress(moved, max_messages)
     return moved

@@ -153,7 +153,7 @@ def check_location(location: str) -> None:
 _ALIASES = {"s3a": "s3", "gcs": "gs"}
 
 
-def location_key(location: str) -> str:
+def location_key(location: object) -> str:
     """What two spellings of one queue location have in common, found without
     making a store: a local path or ``file://`` URL as its real path (after
     symlinks); an object-store URL as its scheme (aliases folded) and its
