@@ -4,6 +4,10 @@ clients on a simulated bucket, each judged by the oracle.
 * Random schedules for S3 (``aws``), Ceph RGW (``ceph``) and GCS (``gcs``)
   semantics run for a fixed budget of seconds each; a failure prints the
   seed, and ``python -m tests.sim SEED --flavour F`` replays it exactly.
+* Random schedules that vary the protocol's assumptions about clocks:
+  hosts further off the store's clock than ``FINISH_AFTER`` with listing
+  times in whole seconds, listings without times, and wall clocks that step
+  while requests stall.
 * Named regression schedules: the seeds at which the simulation found each
   class of failure of format 1 by itself (``docs/reliability.md``).
 * The simulation itself is checked: a seed replays to the same schedule, in
@@ -13,14 +17,17 @@ clients on a simulated bucket, each judged by the oracle.
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
+from vsqs._store_clock import StoreClock
 from vsqs._store_object import ObjectStore
 
 from .sim.run import Plan, Report, run
@@ -60,6 +67,31 @@ def test_random_schedules_keep_every_promise(flavour: str) -> None:
     )
 
 
+#: Plans that vary what the protocol assumes of clocks (issue 26).
+CLOCK_PLANS: dict[str, Callable[[int], Plan]] = {
+    # A lister 12 s off the store (beyond FINISH_AFTER) on S3's whole seconds.
+    "hosts-12s-off": lambda seed: Plan(seed, skew=12.0, stamps="seconds"),
+    # An ObjectIO whose listing gives no modification times.
+    "no-listing-times": lambda seed: Plan(seed, stamps="none"),
+    # Wall clocks step by up to 12 s while requests stall (NTP, a resumed VM).
+    "clock-steps": lambda seed: Plan(seed, faults=Faults(step=0.1, stall=0.05)),
+}
+
+
+@pytest.mark.parametrize("plan", CLOCK_PLANS)
+def test_random_schedules_with_clocks_varied_keep_every_promise(plan: str) -> None:
+    deadline = time.monotonic() + BUDGET / 2
+    seed, failed = FIRST_SEED, []
+    while seed - FIRST_SEED < MIN_SCHEDULES or time.monotonic() < deadline:
+        report = run(CLOCK_PLANS[plan](seed))
+        if not report.verdict:
+            failed.append(report)
+            if len(failed) == 3:
+                break
+        seed += 1
+    assert not failed, "\n".join(str(r) for r in failed)
+
+
 #: Seeds at which the simulation, run on format 1 (``docs/reliability.md``
 #: says how), broke each promise by itself, and two it found in format 2 while
 #: it was written. Format 2 makes other requests, so a seed replays its
@@ -75,6 +107,10 @@ REGRESSIONS = {
     "f1-hidden-for-ever": Plan(150, "gcs"),  # class 7: lost, and left over after the drain
     "f2-slow-extend-finished-by-a-lister": Plan(200475),
     "f2-extend-by-receipt-read-after-its-rename": Plan(300821),
+    # Found with each fix of issue 26 reverted (the mutants below).
+    "r2-a-fast-lister-finished-a-young-ack": CLOCK_PLANS["hosts-12s-off"](29),
+    "r2-an-untimed-marker-was-never-finished": CLOCK_PLANS["no-listing-times"](0),
+    "r2-an-ack-timed-on-a-stepped-clock": CLOCK_PLANS["clock-steps"](9),
 }
 
 
@@ -108,6 +144,28 @@ def _no_marker_for_acks(self: ObjectStore, name: str, *, known: bool = False) ->
         raise OSError(name)
 
 
+def _ages_on_the_wall_clock(self: StoreClock, name: str, modified: float | None) -> float:
+    """Before issue 26: an age is this host's wall clock minus the listed time."""
+    return -math.inf if modified is None else self._wall() - modified
+
+
+_untimed = StoreClock.age
+
+
+def _untimed_objects_never_age(self: StoreClock, name: str, modified: float | None) -> float:
+    """Before issue 26: an object listed without a time is never old."""
+    return -math.inf if modified is None else _untimed(self, name, modified)
+
+
+_init = ObjectStore.__init__
+
+
+def _durations_on_the_wall_clock(self: ObjectStore, *args: Any, **kwargs: Any) -> None:
+    """Before issue 26: how long a request took, on the wall clock."""
+    _init(self, *args, **kwargs)
+    self._durations = self._clock
+
+
 #: A planted bug: a patch of vsqs (owner, attribute, replacement), or none and
 #: a plan that breaks one of its assumptions instead.
 MUTANTS: dict[str, tuple[tuple[object, str, object] | None, Callable[[int], Plan]]] = {
@@ -121,6 +179,19 @@ MUTANTS: dict[str, tuple[tuple[object, str, object] | None, Callable[[int], Plan
     # A copy that reads its source, then writes its target: a late write
     # brings back a name that moved on (docs/protocol.md).
     "torn-copies": (None, lambda seed: Plan(seed, torn=frozenset({"copy"}))),
+    # Each fix of issue 26's clock classes, reverted.
+    "ages-on-the-wall-clock": (
+        (StoreClock, "age", _ages_on_the_wall_clock),
+        CLOCK_PLANS["hosts-12s-off"],
+    ),
+    "untimed-objects-never-age": (
+        (StoreClock, "age", _untimed_objects_never_age),
+        CLOCK_PLANS["no-listing-times"],
+    ),
+    "durations-on-the-wall-clock": (
+        (ObjectStore, "__init__", _durations_on_the_wall_clock),
+        CLOCK_PLANS["clock-steps"],
+    ),
 }
 
 

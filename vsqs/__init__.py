@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ._dead_letter import redrive
 from ._errors import (
+    ClockSkew,
     InvalidArgument,
     InvalidBody,
     InvalidQueueName,
@@ -38,6 +39,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "FORMAT_VERSION",
+    "ClockSkew",
     "DeadLettered",
     "DeleteResult",
     "InvalidArgument",

@@ -23,6 +23,7 @@ __all__ = [
     "QueuePermissionError",
     "QueueConfigError",
     "UnsupportedStore",
+    "ClockSkew",
     "StorageError",
     "storage_errors",
 ]
@@ -88,6 +89,11 @@ class QueueConfigError(VsqsError, ValueError):
 class UnsupportedStore(VsqsError):
     """The URL's store cannot host a queue (unknown scheme, missing extra, or a
     store that cannot make claims exclusive)."""
+
+
+class ClockSkew(VsqsError):
+    """This host's clock is further from the object store's than vsqs allows
+    (docs/protocol.md, "Whose clock decides expiry"): synchronise it."""
 
 
 class StorageError(VsqsError, OSError):

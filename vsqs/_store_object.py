@@ -60,6 +60,7 @@ from . import _names as names
 from ._errors import QueueNotFound, UnsupportedStore
 from ._fanout import IN_FLIGHT, Outcome, fan_out
 from ._store import Outcomes, OutcomeUnknown, Store
+from ._store_clock import StoreClock
 
 log = logging.getLogger("vsqs")
 
@@ -81,6 +82,12 @@ BATCH = 1000
 COMMIT_ATTEMPTS = 3
 
 _COUNT_LOCK = threading.Lock()
+
+
+def _monotonic() -> float:
+    """``time.monotonic()``, looked up at each call."""
+    return time.monotonic()
+
 
 #: One id's objects: ``(name, modified)`` (``list`` is a method name in the store).
 Group = list[tuple[str, float | None]]
@@ -233,6 +240,15 @@ class ObjectStore(Store):
 
     Listing is in key order (so FIFO comes from the listing itself) and a
     listing may stop early: ``list()`` is lazy, page by page. Thread-safe.
+
+    ``clock`` is the host's wall clock; nothing here measures time on it.
+    Durations (how long a request took) are measured on ``monotonic``
+    (``time.monotonic`` unless given), and ages of objects on the store's
+    clock as :class:`~vsqs._store_clock.StoreClock` tells it from listings,
+    counted on ``monotonic`` if given, else on an injected ``clock`` (a
+    test's clock, which it moves), else on ``time.monotonic``. A host whose
+    clock is more than ``CLOCK_BOUND`` (30 s) off the store's gets
+    :class:`vsqs.ClockSkew` from its listings.
     """
 
     atomic_rename = True
@@ -242,10 +258,20 @@ class ObjectStore(Store):
     polled = True
     unique_names = True
 
-    def __init__(self, io: ObjectIO, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        io: ObjectIO,
+        *,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] | None = None,
+    ) -> None:
         self.io = io
         self.url = io.url
         self._clock = clock
+        self._monotonic = monotonic
+        self._durations = monotonic or _monotonic
+        steady = monotonic or (_monotonic if clock is time.time else clock)
+        self._ages = StoreClock(clock, steady)
         self._lock = threading.Lock()
         self._doomed: dict[str, None] = {}  # acknowledged names to delete (ordered set)
         self._spent: dict[str, None] = {}  # markers and probes to delete
@@ -317,7 +343,11 @@ class ObjectStore(Store):
         return True
 
     def sibling(self, name: str) -> ObjectStore:
-        return ObjectStore(self.io.sibling(names.validate_queue_name(name)), clock=self._clock)
+        return ObjectStore(
+            self.io.sibling(names.validate_queue_name(name)),
+            clock=self._clock,
+            monotonic=self._monotonic,
+        )
 
     def close(self) -> None:
         try:
@@ -334,15 +364,24 @@ class ObjectStore(Store):
         ``settle``, a message whose move is under way is listed under the name
         it leaves. See :meth:`_settle`.
         """
+        self._ages.check()
         if self._pending():
             self._send_deletions()
         group: Group = []
         group_id = ""
         floors: dict[str, str] = {}  # nonce -> floor id of a batch being sent
+        previous = ""
         for name, modified in self.io.listing(prefix):
+            if name < previous:  # FIFO and the grouping below rest on key order
+                raise UnsupportedStore(
+                    f"{self.url}: the store lists keys out of order ({previous} before {name}); "
+                    "vsqs needs listings in key order (S3 Express directory buckets do not)"
+                )
+            previous = name
+            self._ages.observed(name, modified)
             floor = _sending_floor(name)
             if floor is not None or name.startswith(PROBE_PREFIX):
-                if self._older(modified, FINISH_AFTER):  # its client was killed
+                if self._ages.older(name, modified, FINISH_AFTER):  # its client was killed
                     self._spend(name, repaired=True)
                 elif floor is not None and not settle:
                     floors[floor[-names.NONCE_LEN :]] = floor
@@ -375,10 +414,10 @@ class ObjectStore(Store):
         for source, modified in marked.items():
             marker = source + MOVED_SUFFIX
             if source not in present:
-                if self._older(modified, FINISH_AFTER):
+                if self._ages.older(marker, modified, FINISH_AFTER):
                     self._collect_spent(source, marker)
                 continue
-            old = self._older(modified, FINISH_AFTER)
+            old = self._ages.older(marker, modified, FINISH_AFTER)
             if not (old or others):
                 continue  # nothing to hide besides the source: no need to read the marker
             target = self._marker_target(marker, source)
@@ -442,10 +481,6 @@ class ObjectStore(Store):
         except OSError:
             return
         self._spend(marker, repaired=True)
-
-    def _older(self, modified: float | None, seconds: float) -> bool:
-        """Whether an object last modified at ``modified`` (unix time) is older than ``seconds``."""
-        return modified is not None and self._clock() - modified > seconds
 
     # ------------------------------------------------------- deletions
     def _pending(self) -> bool:
@@ -515,6 +550,7 @@ class ObjectStore(Store):
         burned (``FileExistsError``): the caller publishes under a fresh one,
         and a late landing is a duplicate, never a name that comes back.
         """
+        self._ages.creating(name)
         try:
             self.io.create(name, data)
         except FileExistsError:
@@ -588,13 +624,14 @@ class ObjectStore(Store):
         """The first two steps of a move: its marker (the commit), then the copy."""
         src, dst = move
         marker = src + MOVED_SUFFIX
-        started = self._clock()
+        started = self._durations()
         self._commit(marker, dst)  # FileNotFoundError: another client moved it
+        self._ages.creating(dst)
         try:
             self.io.copy(src, dst)
         except FileNotFoundError:
             self._spend(marker)
-            if self._clock() - started >= FINISH_AFTER / 2:
+            if self._durations() - started >= FINISH_AFTER / 2:
                 # A lister may have finished our own move while we stalled:
                 # the message may sit at ``dst`` (hidden until its expiry),
                 # and ``dst`` may since have moved on, so no read can tell.
@@ -623,10 +660,10 @@ class ObjectStore(Store):
                 raise OSError(f"{self.url}: could not delete {name}")
             return
         marker = name + MOVED_SUFFIX
-        started = self._clock()
+        started = self._durations()
         self._commit(marker, "")  # FileNotFoundError: moved by another
         if not self.io.exists(name):
-            if self._clock() - started >= FINISH_AFTER / 2:
+            if self._durations() - started >= FINISH_AFTER / 2:
                 # Slow enough that a lister may have finished our own delete.
                 raise OutcomeUnknown(f"{name}: the outcome of a slow delete is unknown")
             self._spend(marker)

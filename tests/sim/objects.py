@@ -12,6 +12,10 @@ that its key is absent, then writes it (two racing creates can both win);
 ``"copy"``, a copy that reads its source, then writes its target (the write
 can land after the source is gone). A retry repeats both steps. vsqs assumes
 neither (``docs/protocol.md``, "A store whose requests are not atomic").
+
+``stamps`` says what a listing tells of an object's modification time:
+``"ms"`` (the bucket's time, as GCS lists it), ``"seconds"`` (truncated to
+the second, as S3 lists it) or ``"none"`` (nothing: ``ObjectIO`` allows it).
 """
 
 from __future__ import annotations
@@ -42,8 +46,10 @@ class SimObjects(ObjectIO):
         retry_creates: bool = False,
         torn: frozenset[str] = frozenset(),
         page: int = 4,
+        stamps: str = "ms",
     ) -> None:
         super().__init__()
+        self.stamps = stamps
         self.scheduler, self.bucket = scheduler, scheduler.bucket
         self.prefix = prefix.rstrip("/") + "/"
         self.url = f"sim://{self.prefix.rstrip('/')}"
@@ -94,10 +100,15 @@ class SimObjects(ObjectIO):
                 f"list {self.prefix}", lambda a=after: self.bucket.list(start, a, self.page)
             )
             for key, modified in page:
-                yield key[len(self.prefix) :], modified
+                yield key[len(self.prefix) :], self._stamp(modified)
             if not more or not page:
                 return
             after = page[-1][0]
+
+    def _stamp(self, modified: float) -> float | None:
+        if self.stamps == "seconds":
+            return float(int(modified))
+        return None if self.stamps == "none" else modified
 
     def get(self, name: str) -> bytes:
         try:
@@ -169,8 +180,7 @@ class SimObjects(ObjectIO):
 
     def clock_offset(self) -> float | None:
         actor = self.scheduler.current()
-        skew = actor.skew if actor is not None else 0.0
-        return -skew
+        return -self.scheduler.offset(actor) if actor is not None else 0.0
 
     def sibling(self, name: str) -> SimObjects:
         parent = self.prefix.rstrip("/").rpartition("/")[0]
@@ -181,4 +191,5 @@ class SimObjects(ObjectIO):
             retry_creates=self.retry_creates,
             torn=self.torn,
             page=self.page,
+            stamps=self.stamps,
         )

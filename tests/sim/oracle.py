@@ -28,6 +28,7 @@ violation of the promises vsqs makes on every store:
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 
@@ -46,6 +47,8 @@ class Hold:
     start: float  # when the receive returned (the bucket's clock)
     end: float  # when the hold surely ended
     acked: Event | None = None
+    #: When the claim was made (the bucket's clock): its expiry less its timeout.
+    claimed: float = -math.inf
 
 
 @dataclass
@@ -99,8 +102,9 @@ def judge(
             for message_id, receipt, count in zip(
                 event.ids, event.receipts, event.counts, strict=True
             ):
-                hold = Hold(event, event.queue, message_id, receipt, count, event.end,
-                            _expiry(receipt, event.skew))  # fmt: skip
+                expiry = _expiry(receipt, event.skew)
+                hold = Hold(event, event.queue, message_id, receipt, count, event.end, expiry,
+                            claimed=expiry - event.visibility)  # fmt: skip
                 holds[receipt] = hold
                 by_id[event.queue, message_id].append(hold)
     excused = set(moved)
@@ -194,7 +198,11 @@ def _check_acks(
             if other_id != message_id:
                 continue
             for hold in others:
-                if hold.start > ack.end:
+                # A receive that returned after the ack but claimed before it
+                # holds a stale receipt: two holders, judged with the skew.
+                if hold.start > ack.end and not (
+                    hold.event.start < ack.end and hold.claimed < ack.end
+                ):
                     verdict.add(
                         f"acknowledged came back: {message_id} acked by {ack.actor} at "
                         f"{ack.end:.3f}, received by {hold.event.actor} at {hold.start:.3f}"

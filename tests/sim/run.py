@@ -47,6 +47,10 @@ class Plan:
     #: Requests the bucket applies in two steps (``SimObjects``): "create", "copy".
     torn: frozenset[str] = frozenset()
     page: int = 4
+    #: Clients' clocks are within ±skew s of the bucket's (before any step).
+    skew: float = SKEW
+    #: What listings tell of modification times (``SimObjects``): ms, seconds, none.
+    stamps: str = "ms"
 
 
 @dataclass
@@ -96,10 +100,6 @@ def _deterministic(seed: int) -> Iterator[None]:
             module.secrets = original  # type: ignore[attr-defined]
 
 
-def _store(io: SimObjects, clock: Callable[[], float]) -> ObjectStore:
-    return ObjectStore(io, clock=clock)
-
-
 def run(plan: Plan) -> Report:
     with _deterministic(plan.seed):
         return _run(plan)
@@ -120,19 +120,25 @@ def _run(plan: Plan) -> Report:
             retry_creates=plan.retry_creates,
             torn=plan.torn,
             page=plan.page,
+            stamps=plan.stamps,
         )
         ios.append(made)
         return made
 
+    steady = scheduler.steady()
+
+    def store(name: str, clock: Callable[[], float]) -> ObjectStore:
+        return ObjectStore(io(name), clock=clock, monotonic=steady)
+
     def opener(name: str, clock: Callable[[], float]) -> vsqs.Queue:
-        return vsqs.Queue(_store(io(name), clock), clock=clock, create=False)
+        return vsqs.Queue(store(name, clock), clock=clock, create=False)
 
     setup_clock = scheduler.clock()
     config: dict[str, Any] = {"visibility_timeout": 2.0}
     if plan.dead_letter:
         config |= {"max_receives": 1 + plan.seed % 2, "dead_letter": "dlq"}
-        vsqs.Queue(_store(io("dlq"), setup_clock), clock=setup_clock).close()
-    vsqs.Queue(_store(io("src"), setup_clock), clock=setup_clock, **config).close()
+        vsqs.Queue(store("dlq", setup_clock), clock=setup_clock).close()
+    vsqs.Queue(store("src", setup_clock), clock=setup_clock, **config).close()
 
     history = workload.History()
     setup = workload.Setup(scheduler, opener, history, plan.dead_letter, _redrive)
@@ -145,7 +151,7 @@ def _run(plan: Plan) -> Report:
     for i, (role, script) in enumerate(roles):
         name = f"{role}{i}"
         rng = random.Random(scripts.getrandbits(64))
-        skew = round(scripts.uniform(-SKEW, SKEW), 4)
+        skew = round(scripts.uniform(-plan.skew, plan.skew), 4)
         scheduler.actor(
             name,
             lambda s=script, n=name, r=rng, k=skew: _exit_on_error(s, setup, n, r, plan.ops, k),
@@ -166,7 +172,7 @@ def _run(plan: Plan) -> Report:
         drained,
         leftovers,
         errors,
-        tolerance=2 * SKEW + 0.002,
+        tolerance=2 * (plan.skew + (plan.faults.step_by if plan.faults.step else 0)) + 0.002,
         moved=in_dlq & in_src,
         aliases=aliases,
     )
@@ -209,12 +215,22 @@ def _drain(
     opener: Callable[[str, Callable[[], float]], vsqs.Queue],
     dead_letter: bool,
 ) -> list[Drained]:
-    """Long after the run, with no faults: repair, then receive and ack everything."""
+    """Long after the run, with no faults: repair, then receive and ack everything.
+
+    Each queue is listed once, ``FINISH_AFTER`` before the rest: where listings
+    tell no times, that is when its leftovers start to age."""
     scheduler.bucket.now += 7200
     clock = scheduler.clock()
     drained: list[Drained] = []
-    for queue in ("src", "dlq") if dead_letter else ("src",):
-        with opener(queue, clock) as q:
+    with contextlib.ExitStack() as opened:
+        queues = {
+            queue: opened.enter_context(opener(queue, clock))
+            for queue in (("src", "dlq") if dead_letter else ("src",))
+        }
+        for q in queues.values():
+            q.stats()
+        scheduler.bucket.now += _store_object.FINISH_AFTER + 1
+        for queue, q in queues.items():
             q.gc()
             while batch := q.receive_batch(10, visibility_timeout=3600):
                 for message in batch:
@@ -233,11 +249,22 @@ def main(argv: list[str] | None = None) -> int:
         "--torn", action="append", default=[], choices=("create", "copy"),
         help="the bucket applies these requests in two steps (repeatable)",
     )  # fmt: skip
+    parser.add_argument("--skew", type=float, default=SKEW, help="clients' clocks within ±SKEW s")
+    parser.add_argument("--stamps", default="ms", choices=("ms", "seconds", "none"))
+    parser.add_argument("--steps", type=float, default=0.0, help="clock steps per step")
     parser.add_argument("--trace", action="store_true", help="print the schedule")
     args = parser.parse_args(argv)
     failed = 0
     for seed in args.seeds:
-        plan = Plan(seed, args.flavour, retry_creates=args.retry_creates, torn=frozenset(args.torn))
+        plan = Plan(
+            seed,
+            args.flavour,
+            Faults(step=args.steps),
+            retry_creates=args.retry_creates,
+            torn=frozenset(args.torn),
+            skew=args.skew,
+            stamps=args.stamps,
+        )
         report = run(plan)
         if args.trace:
             print("\n".join(report.trace))

@@ -6,7 +6,9 @@ scheduler then picks, with a seeded random generator, what happens next among
 everything that could: a request takes effect; a response is delivered, lost
 (the effect happened, the client sees a connection error) or late; a request
 fails with 503 without effect; a client times out while its request is still
-on the wire (it may land later, or never); a client process dies; time jumps.
+on the wire (it may land later, or never); a client process dies; time jumps;
+a client host's wall clock steps (an NTP step, a resumed VM), which its
+steady clock (``Scheduler.steady``, the bucket's time) never does.
 One seed is one schedule: a failure replays exactly (FoundationDB's
 deterministic simulation, in the small).
 """
@@ -84,6 +86,11 @@ class Faults:
     timeout: float = 0.01
     crash: float = 0.004
     jump: float = 0.02  # a time jump, per step
+    #: A host's wall clock steps to another offset, per step (0: clocks never
+    #: step); it is then off the bucket's by its skew plus -``step_by``, 0 or
+    #: ``step_by`` (a step of up to twice ``step_by``).
+    step: float = 0.0
+    step_by: float = 12.0
 
 
 @dataclass
@@ -105,6 +112,8 @@ class Scheduler:
         self.direct = True  # outside run(): requests take effect at once, in order
         self.trace: list[str] = []
         self.steps = 0
+        #: Seconds each process's wall clock was stepped by (to its skew).
+        self.stepped: dict[str, float] = {}
 
     # ------------------------------------------------------------ clocks
     @property
@@ -112,9 +121,21 @@ class Scheduler:
         return self.bucket.now
 
     def clock(self, skew: float = 0.0) -> Callable[[], float]:
-        """A client's wall clock: the bucket's, ``skew`` seconds off."""
+        """A client's wall clock: the bucket's, ``skew`` seconds off, and off by
+        as much again as its process's clock was stepped."""
+        bucket, stepped = self.bucket, self.stepped
+        actor = self.current()
+        process = actor.process if actor is not None else ""
+        return lambda: bucket.now + skew + stepped.get(process, 0.0)
+
+    def steady(self) -> Callable[[], float]:
+        """Every client's steady clock (``time.monotonic``): the bucket's time."""
         bucket = self.bucket
-        return lambda: bucket.now + skew
+        return lambda: bucket.now
+
+    def offset(self, actor: Actor) -> float:
+        """How far ``actor``'s wall clock is off the bucket's now."""
+        return actor.skew + self.stepped.get(actor.process, 0.0)
 
     # ------------------------------------------------------------ actors
     def actor(
@@ -246,6 +267,8 @@ class Scheduler:
             out.append((f.crash, lambda r=request: self._crash(r)))
         if out:
             out.append((f.jump, self._jump))
+            if f.step:
+                out.append((f.step, self._step_clock))
         elif self._requests or any(a.state == "waiting" for a in self._actors):
             out.append((1.0, self._jump))  # everything waits for the clock (or for steps)
         return out
@@ -327,6 +350,15 @@ class Scheduler:
         seconds = self.rng.choice([0.05, 0.3, 1.0, 2.5, 6.0, 12.0])
         self._note(f"jump {seconds}")
         self.bucket.now += seconds
+
+    def _step_clock(self) -> None:
+        """Step the wall clock of a process with a request on the wire (the
+        step then falls inside a request whose duration someone measures)."""
+        waiting = {r.actor.process for r in self._requests if r.actor is not None}
+        process = self.rng.choice(sorted(waiting or {a.process for a in self._actors}))
+        by = self.rng.choice([-1.0, 0.0, 1.0]) * self.faults.step_by
+        self._note(f"clock of {process} steps to {by:+.3f}")
+        self.stepped[process] = by
 
     def fingerprint(self) -> str:
         """A digest of the whole schedule: equal for equal seeds and code."""

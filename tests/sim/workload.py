@@ -44,7 +44,7 @@ class Event:
     receipts: list[str] = field(default_factory=list)  # receipts it returned
     counts: list[int] = field(default_factory=list)
     skew: float = 0.0
-    #: Seconds of visibility an extend or release asked for.
+    #: Seconds of visibility a receive, an extend or a release asked for.
     visibility: float = 0.0
 
 
@@ -55,7 +55,8 @@ class History:
     def log(self, scheduler: Scheduler, actor: str, op: str, run: Callable[[Event], Any]) -> Any:
         """Run one operation, recording it; a ``VsqsError`` is an outcome, not a failure."""
         current = scheduler.current()
-        event = Event(actor, op, scheduler.now, skew=current.skew if current else 0.0)
+        skew = scheduler.offset(current) if current else 0.0
+        event = Event(actor, op, scheduler.now, skew=skew)
         self.events.append(event)
         try:
             result = run(event)
@@ -133,7 +134,7 @@ def consumer(
             vt = rng.choice(TIMEOUTS)
 
             def receive(e: Event, n: int = rng.randint(1, 3), vt: float = vt) -> list[vsqs.Message]:
-                e.queue = queue
+                e.queue, e.visibility = queue, vt
                 got = q.receive_batch(n, visibility_timeout=vt)
                 e.ids = [m.id for m in got]
                 e.bodies = [m.body for m in got]

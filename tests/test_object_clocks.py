@@ -1,0 +1,215 @@
+"""Clocks on object stores (issue 26, classes 1, 2 and 8; docs/protocol.md,
+"Whose clock decides expiry").
+
+Ages of objects are judged on the store's clock, from what listings show
+(``vsqs._store_clock.StoreClock``), never on a host's wall clock; durations
+of requests on a steady clock. Each test puts a host's clock where the old
+rule went wrong: a lister ahead of the store by more than ``FINISH_AFTER``,
+a clock stepped back while a request stalls, a store that lists no times,
+and hosts beyond the 30 s bound, which get :class:`vsqs.ClockSkew`.
+Clocks are injected and moved by hand: no test sleeps.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+import vsqs
+from vsqs import _names as names
+from vsqs._store_clock import CLOCK_BOUND
+from vsqs._store_object import FINISH_AFTER, ObjectIO, ObjectStore
+
+from .backends import params, select
+from .conftest import FakeClock
+from .servers import Server
+from .test_crashes import Crash
+from .test_object_faults import FaultyIO, Interleave
+from .test_object_protocol import die, object_store, on, raw_names
+
+AHEAD = FINISH_AFTER + 2  # a lister this far ahead took every young marker for an old one
+
+
+@pytest.fixture(params=params(select(object_store=True, sweeps=True)))
+def server(request: pytest.FixtureRequest) -> Server:
+    return request.getfixturevalue(request.param.server)  # type: ignore[no-any-return]
+
+
+def ahead(seconds: float) -> Callable[[], float]:
+    """A host's wall clock, ``seconds`` ahead of this one's (and the store's)."""
+    return lambda: time.time() + seconds
+
+
+# ------------------------------------------------------------ class 1
+def test_a_fast_lister_leaves_a_young_ack_alone(server: Server) -> None:
+    """A lister 12 s ahead lists while another client's ack is between its
+    marker and its ``HEAD``: the ack's marker is young on the store's clock,
+    so the lister leaves it, and the ack reports the message deleted (it
+    finished the delete, and the ack said the receipt was stale)."""
+    plain = object_store(server, "fast-ack")
+    fast = ObjectStore(plain.io, clock=ahead(AHEAD))
+    with vsqs.Queue(plain) as q:
+        q.send(b"m")
+        msg = q.receive()
+        assert msg is not None and msg.receipt is not None
+
+        def fast_lister_lists() -> None:
+            list(fast.list())
+            fast.flush()
+
+        acker = ObjectStore(Interleave(plain.io, on("head", msg.receipt), fast_lister_lists))
+        with vsqs.Queue(acker) as q2:
+            result = q2.delete_batch([msg.receipt])
+        assert result.deleted == [msg.receipt], result
+    assert not fast.take_repairs()
+
+
+def test_a_fast_lister_leaves_a_live_batch_marker_alone(server: Server) -> None:
+    """A ``send_batch`` under way: a lister 12 s ahead must keep hiding the
+    batch's later names (it showed the batch in part: m1 before m0 exists)."""
+    sender = object_store(server, "fast-batch")
+    fast = ObjectStore(sender.io, clock=ahead(AHEAD))
+    ids = names.MsClock(time.time)
+    floor, later = ids.next_id(), ids.next_id()
+    with sender.sending(floor):
+        sender.write_new(later, b"m1", fsync=False)
+        assert later not in list(fast.list())
+        assert floor + ".sending" in raw_names(sender)
+    assert later in list(fast.list())
+
+
+def test_a_fast_lister_leaves_a_live_probe_alone(server: Server) -> None:
+    """The capability probe between its two creates: a lister 12 s ahead
+    deleted the probe, the second create succeeded, and a good store was
+    refused (and the refusal cached for the process)."""
+    plain = object_store(server, "fast-probe")
+    fast = ObjectStore(plain.io, clock=ahead(AHEAD))
+
+    def fast_lister_lists() -> None:
+        list(fast.list())
+        fast.flush()
+
+    probing = ObjectStore(
+        Interleave(plain.io, on("create", "vsqs-probe."), fast_lister_lists, after=True)
+    )
+    found = probing._run_probe()
+    assert found.exclusive_create, found.refusal
+
+
+# ------------------------------------------------------------ class 2
+def test_an_ack_stalled_while_the_clock_steps_back_is_outcome_unknown(server: Server) -> None:
+    """An ack's ``HEAD`` stalls for 11 s while this host's clock is stepped
+    back 11 s (an NTP step, a VM resumed); meanwhile a lister finishes the
+    delete. On the wall clock the ack took no time and said "stale" of a
+    message it deleted; on the steady clock it was slow: outcome unknown."""
+    plain = object_store(server, "step-back")
+    steady = FakeClock(1000.0)  # both hosts' monotonic clocks
+    lister_wall = FakeClock(time.time())
+    lister = ObjectStore(plain.io, clock=lister_wall, monotonic=steady)
+    name = names.MsClock(time.time).next_id()
+    plain.write_new(name, b"m", fsync=False)
+
+    def stall_and_step_back() -> None:
+        list(lister.list())  # sees the ack's marker, young
+        steady.advance(FINISH_AFTER + 1)
+        lister_wall.advance(FINISH_AFTER + 1)
+        list(lister.list())  # finishes the delete: it is old now
+        lister.flush()
+        # The acker's wall clock went on as far, and was stepped back as far:
+        # it reads what it read when the ack began.
+
+    acker = ObjectStore(
+        Interleave(plain.io, on("head", name), stall_and_step_back),
+        clock=FakeClock(time.time()),
+        monotonic=steady,
+    )
+    with pytest.raises(vsqs.stores.OutcomeUnknown):
+        acker.delete(name, known=True)
+    assert name in lister.take_repairs()
+
+
+# ------------------------------------------------------------ class 8
+class NoTimes(FaultyIO):
+    """A store whose listing gives no modification times (``ObjectIO`` allows it)."""
+
+    def __init__(self, inner: ObjectIO) -> None:
+        super().__init__(inner, "crash", None)
+
+    def listing(self, prefix: str = "") -> Iterator[tuple[str, float | None]]:
+        return ((name, None) for name, _ in self.inner.listing(prefix))
+
+
+def test_a_store_without_listing_times_finishes_an_abandoned_claim(server: Server) -> None:
+    """A claimer dies between its marker and its copy. A store that lists no
+    times left the message hidden for ever; now its age counts from the first
+    listing that showed the marker, and it comes back after ``FINISH_AFTER``
+    and the dead claim's visibility timeout."""
+    plain = object_store(server, "no-times")
+    with vsqs.Queue(plain) as producer:
+        sent = producer.send(b"m")
+    dying = ObjectStore(Interleave(plain.io, on("copy"), die))
+    with pytest.raises(Crash), vsqs.Queue(dying) as claimer:
+        claimer.receive(visibility_timeout=1)
+    steady, wall = FakeClock(1000.0), FakeClock(time.time())
+    with vsqs.Queue(ObjectStore(NoTimes(plain.io), clock=wall, monotonic=steady), clock=wall) as q:
+        assert q.receive() is None  # hidden under a marker first seen now
+        assert q.stats().ready == 1  # counted under the name its move leaves
+        steady.advance(FINISH_AFTER + 1)
+        wall.advance(FINISH_AFTER + 1)  # past the dead claim's expiry too
+        back = q.receive()
+        assert back is not None and back.id == sent and back.receive_count == 2
+
+
+# ------------------------------------------------------- the 30 s bound
+@pytest.mark.parametrize("offset", [-(CLOCK_BOUND + 10), CLOCK_BOUND + 10], ids=["behind", "ahead"])
+def test_a_host_beyond_the_bound_gets_clock_skew(server: Server, offset: float) -> None:
+    """Beyond 30 s either way a host's listings raise :class:`vsqs.ClockSkew`
+    (it only warned): behind, from any recent object listed; ahead, from an
+    object it made itself."""
+    host = ahead(offset)
+    store = object_store(server, f"skew{int(offset)}", clock=host)
+    with vsqs.Queue(store, clock=host) as q:
+        q.send(b"m")
+        with pytest.raises(vsqs.ClockSkew, match="synchronise it") as raised:
+            for _ in range(3):  # the first listing measures, a later one refuses
+                q.receive()
+        assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("offset", [-(CLOCK_BOUND - 10), CLOCK_BOUND - 10], ids=["behind", "ahead"])
+def test_a_host_within_the_bound_works(server: Server, offset: float) -> None:
+    host = ahead(offset)
+    store = object_store(server, f"within{int(offset)}", clock=host)
+    with vsqs.Queue(store, clock=host) as q:
+        for i in range(3):
+            q.send(b"%d" % i)
+            msg = q.receive()
+            assert msg is not None and msg.body == b"%d" % i
+            msg.delete()
+
+
+# ------------------------------------------------------------ key order
+class Unordered(FaultyIO):
+    """A store that lists keys in no order (S3 Express directory buckets)."""
+
+    def __init__(self, inner: ObjectIO) -> None:
+        super().__init__(inner, "crash", None)
+
+    def listing(self, prefix: str = "") -> Iterator[tuple[str, float | None]]:
+        return iter(sorted(self.inner.listing(prefix), reverse=True))
+
+
+def test_a_store_that_lists_out_of_order_is_refused(server: Server) -> None:
+    """FIFO and the grouping of a message's keys rest on key order: a store
+    that breaks it is refused in one line, not served out of order."""
+    plain = object_store(server, "unordered")
+    with vsqs.Queue(plain) as q:
+        q.send_batch([b"a", b"b"])
+    with (
+        vsqs.Queue(ObjectStore(Unordered(plain.io))) as q,
+        pytest.raises(vsqs.UnsupportedStore, match="out of order") as raised,
+    ):
+        q.receive()
+    assert "\n" not in str(raised.value)
