@@ -40,7 +40,7 @@ from ._config import (
     retry_seconds,
     seconds,
 )
-from ._dead_letter import DeadLetters, check_target, collect_origins
+from ._dead_letter import DeadLetters, check_target, collect_origins, drop_origin
 from ._errors import (
     InvalidArgument,
     QueueNotFound,
@@ -471,8 +471,7 @@ class Queue:
             self._delete(current, known=issued)
             held.done = True
             if held.origin:  # a dead letter with its origin record: it goes with it
-                with storage_errors(f"deleting from {self.url}"), suppress(FileNotFoundError):
-                    self._store.delete(names.origin_name(message.id), known=True)
+                drop_origin(self._store, message.id)
 
     def _delete(self, receipt: str, *, known: bool) -> None:
         with storage_errors(lambda: f"deleting from {self.url}"):
