@@ -359,6 +359,10 @@ class Queue:
         after ``wait`` seconds (a long poll: it wakes when a message arrives or
         an invisible one expires), or at its next wake-up (within a second)
         after ``stop`` is set, claiming nothing more.
+
+        A storage error part way returns the messages already read (it is
+        logged, and raised only when none was); a message claimed but not
+        read is visible again at once, its receive count as before.
         """
         positive_int(max_messages, "max_messages")
         claims = self._receiver.receive(

@@ -418,6 +418,10 @@ class Receiver:
         timeout runs out, is logged once, and this receiver passes over it
         from then on. Gives up, claiming nothing more, at the next wake-up
         (within :data:`STALE_AFTER`) after ``stop`` is set.
+
+        An error after some messages were read returns them (logged); it is
+        raised only when none was. A claim whose body could not be read is
+        given back at once, uncounted (:meth:`_give_back`).
         """
         deadline = time.monotonic() + wait
         idle_wakes = 0
