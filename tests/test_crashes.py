@@ -224,7 +224,10 @@ def redrive_dead_letters(healthy: vsqs.Queue, crashing: vsqs.Queue, expect: Expe
     expect.survive.update(poisons)
     expect.dead_lettered.update(poisons)
     healthy.receive_batch(2, visibility_timeout=0)
-    assert healthy.receive_batch(2) == []  # both dead-lettered, with their records
+    # Both dead-lettered, with their records. Where the healthy client's calls
+    # fail too (tests/test_os_faults.py), a claim whose read failed was given
+    # back uncounted: it is received here once more, never dead-lettered.
+    assert all(m.receive_count == 1 for m in healthy.receive_batch(2))
     with vsqs.Queue(crashing.store.sibling("dlq"), clock=crashing.clock) as source:
         vsqs.redrive(source, crashing)
 

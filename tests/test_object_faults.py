@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 import vsqs
+from vsqs import _names as names
 from vsqs import _store_object
 from vsqs._registry import open_store
 from vsqs._store_object import ObjectIO, ObjectStore
@@ -130,6 +131,20 @@ class Interleave(FaultyIO):
             meanwhile()
 
 
+class FailingGets(FaultyIO):
+    """Delegates every request; a ``GET`` of a name of an id in ``ids`` fails,
+    as a connection reset after the claim."""
+
+    def __init__(self, inner: ObjectIO) -> None:
+        super().__init__(inner, "crash", None)
+        self.ids: set[str] = set()
+
+    def get(self, name: str) -> bytes:
+        if name[: names.ID_LEN] in self.ids:
+            raise ConnectionResetError(f"injected: GET {name} reset")
+        return super().get(name)
+
+
 @pytest.fixture(params=params(select(object_store=True, sweeps=True)))
 def server(request: pytest.FixtureRequest) -> Server:
     return request.getfixturevalue(request.param.server)  # type: ignore[no-any-return]
@@ -172,3 +187,21 @@ def test_a_fault_at_any_request_loses_nothing(server: Server, scenario: str, mod
         if mode == "crash":
             assert isinstance(error, Crash), f"request {fault_at} of {total} did not crash"
         recover_and_check(store, clock, expect)
+
+
+def test_a_get_that_fails_after_a_claim_gives_the_claim_back(server: Server) -> None:
+    """Issue 26: one failed body ``GET`` threw away the whole batch."""
+    store = open_store(server.url(), server.storage_options)
+    assert isinstance(store, ObjectStore)
+    failing = FailingGets(store.io)
+    healthy, client = open_pair(store, ObjectStore(failing), FakeClock(time.time()), True)
+    sent = healthy.send_batch([b"a", b"b", b"c"])
+    failing.ids = {sent[1]}
+    # Claimed side by side: the bodies read are returned, the other given back.
+    assert [m.id for m in client.receive_batch(10)] == [sent[0], sent[2]]
+    failing.ids = set(sent)
+    with pytest.raises(vsqs.StorageError, match="injected"):
+        client.receive()  # nothing read: the error is raised
+    again = healthy.receive_batch(10)  # visible at once, the failed claims not counted
+    assert [(m.id, m.receive_count) for m in again] == [(sent[1], 1)]
+    assert healthy.stats().dead_letter == 0  # max_receives=1: nothing nobody received

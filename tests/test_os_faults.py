@@ -121,14 +121,37 @@ class FaultyLocalStore(vsqs.LocalStore):
         return list(super().list(prefix=prefix))  # list while armed, not when iterated
 
 
-@pytest.fixture
-def injector(monkeypatch: pytest.MonkeyPatch) -> Injector:
-    injector = Injector()
+class OpenFailsAfterClaims(Injector):
+    """Once ``claims`` renames were made, every ``open`` fails (as with
+    ``EMFILE``, a process out of descriptors between a claim and its read)."""
+
+    def __init__(self, claims: int) -> None:
+        super().__init__()
+        self.claims = claims
+
+    def fails(self, what: str) -> bool:
+        if not self.armed:
+            return False
+        if what in ("rename", "_renameat2"):
+            self.claims -= 1
+        if what == "open" and self.claims <= 0:
+            self.hit.append(what)
+            return True
+        return False
+
+
+def install(monkeypatch: pytest.MonkeyPatch, injector: Injector) -> Injector:
+    """Make ``LocalStore``'s system calls go through ``injector``."""
     monkeypatch.setattr(_store_local, "os", FaultyOS(injector))
     for name in ("_renameat2", "_syncfs"):
         real = getattr(_store_local, name)
         monkeypatch.setattr(_store_local, name, faulty_libc(injector, real, name))
     return injector
+
+
+@pytest.fixture
+def injector(monkeypatch: pytest.MonkeyPatch) -> Injector:
+    return install(monkeypatch, Injector())
 
 
 def run_faulted(
@@ -210,3 +233,29 @@ def test_errors_name_the_cause_and_map_to_the_builtin_kinds(
             assert isinstance(caught.value, OSError)  # except OSError still catches it
         assert q.receive() is None, "a failed send left a message behind"
         assert sorted(os.listdir(tmp_path / "q")) == ["vsqs.json"]
+
+
+@pytest.mark.parametrize("claims", [1, 2], ids=["receive", "receive_batch"])
+def test_a_read_that_fails_after_the_claim_gives_the_claim_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, claims: int
+) -> None:
+    """Issue 27: the rename succeeds, then ``open()`` fails with ``EMFILE``."""
+    injector = install(monkeypatch, OpenFailsAfterClaims(claims))
+    injector.err = errno.EMFILE
+    clock = FakeClock(time.time())
+    faulty = FaultyLocalStore(str(tmp_path / "q"))
+    faulty.injector = injector
+    config: dict[str, Any] = {"clock": clock, "max_receives": 1, "dead_letter": "dlq"}
+    with vsqs.Queue(faulty, **config) as q, vsqs.Queue(tmp_path / "q", clock=clock) as other:
+        sent = q.send_batch([b"a", b"b", b"c"])
+        injector.armed = True
+        if claims == 1:
+            with pytest.raises(vsqs.StorageError, match=os.strerror(errno.EMFILE)):
+                q.receive()
+        else:  # the first was read and is returned; the second is given back
+            assert [m.id for m in q.receive_batch(10)] == sent[:1]
+        injector.armed = False
+        assert injector.hit == ["open"]
+        rest = other.receive_batch(10)
+        assert [(m.id, m.receive_count) for m in rest] == [(i, 1) for i in sent[claims - 1 :]]
+        assert q.stats().dead_letter == 0

@@ -62,6 +62,19 @@ def write_origin(store: Store, message_id: str, record: bytes) -> None:
             store.write_new(name, record, fsync=False)
 
 
+def drop_origin(store: Store, message_id: str) -> None:
+    """Delete the origin record of ``message_id``, whose message left ``store``
+    (acknowledged or redriven), at best: the outcome is the message's, so a
+    record whose delete fails is left for :func:`collect_origins` (``gc()``)
+    and logged, never raised."""
+    try:
+        store.delete(names.origin_name(message_id), known=True)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        log.info("%s: the origin record of %s is left for gc(): %s", store.url, message_id, exc)
+
+
 def move_in(
     store: Store, durable: bool, moved: names.Name, body: bytes, origin: bytes | None = None
 ) -> bool:
@@ -290,9 +303,7 @@ def _move_back(message: Message, dlq: Queue, target: Queue) -> bool:
     except ReceiptExpired:
         return False
     if not hold(message).origin:  # else the ack removed it: its receiver listed it
-        where = f"removing the origin of {held.id} in {dlq.url}"
-        with storage_errors(where), suppress(FileNotFoundError):
-            dlq.store.delete(names.origin_name(held.id), known=True)
+        drop_origin(dlq.store, held.id)
     return True
 
 

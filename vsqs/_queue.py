@@ -40,7 +40,7 @@ from ._config import (
     retry_seconds,
     seconds,
 )
-from ._dead_letter import DeadLetters, check_target, collect_origins
+from ._dead_letter import DeadLetters, check_target, collect_origins, drop_origin
 from ._errors import (
     InvalidArgument,
     QueueNotFound,
@@ -359,6 +359,10 @@ class Queue:
         after ``wait`` seconds (a long poll: it wakes when a message arrives or
         an invisible one expires), or at its next wake-up (within a second)
         after ``stop`` is set, claiming nothing more.
+
+        A storage error part way returns the messages already read (it is
+        logged, and raised only when none was); a message claimed but not
+        read is visible again at once, its receive count as before.
         """
         positive_int(max_messages, "max_messages")
         claims = self._receiver.receive(
@@ -471,8 +475,7 @@ class Queue:
             self._delete(current, known=issued)
             held.done = True
             if held.origin:  # a dead letter with its origin record: it goes with it
-                with storage_errors(f"deleting from {self.url}"), suppress(FileNotFoundError):
-                    self._store.delete(names.origin_name(message.id), known=True)
+                drop_origin(self._store, message.id)
 
     def _delete(self, receipt: str, *, known: bool) -> None:
         with storage_errors(lambda: f"deleting from {self.url}"):

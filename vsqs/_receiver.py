@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from . import _names as names
-from ._errors import storage_errors
+from ._errors import VsqsError, storage_errors
 from ._fanout import fan_out
 from ._inspect import collect_stale_new, stale_new_before
 from ._store import Outcomes, OutcomeUnknown, Store, TooLarge
@@ -418,6 +418,10 @@ class Receiver:
         timeout runs out, is logged once, and this receiver passes over it
         from then on. Gives up, claiming nothing more, at the next wake-up
         (within :data:`STALE_AFTER`) after ``stop`` is set.
+
+        An error after some messages were read returns them (logged); it is
+        raised only when none was. A claim whose body could not be read is
+        given back at once, uncounted (:meth:`_give_back`).
         """
         deadline = time.monotonic() + wait
         idle_wakes = 0
@@ -519,22 +523,33 @@ class Receiver:
         later: list[tuple[str, int]] = []
         relists = 0
         wide = self._store.renames_cost_requests
+        failure: Exception | None = None
         try:
-            while len(out) < max_messages:
+            while len(out) < max_messages and failure is None:
                 with self._lock:
                     wanted = max_messages - len(out) if wide else 1
                     plans, relists = self._plan(wanted, vt_ms, claimed_ids, later, relists)
                     if not plans:
                         break
                     won = self._rename(plans)
-                for plan in won:
-                    claimed_ids.add(plan.id)
-                    later.append((plan.held, plan.expiry_ms))
-                out.extend(self._read(won, max_receives, exhausted, max_size))
+                claimed_ids.update(plan.id for plan in won)
+                failure = self._read(won, max_receives, exhausted, max_size, out, later)
+        except OSError as exc:  # a later listing or claim of the batch
+            failure = exc
         finally:
             with self._lock:
                 for name, expiry in later:
                     self._candidates.add_invisible(name, expiry)
+        if failure is not None:
+            if not out:
+                raise failure
+            # What was read is returned; the error shows again at the next call.
+            log.warning(
+                "%s: a receive failed after %d messages were read: %s",
+                self._store.url,
+                len(out),
+                failure,
+            )
         return self._unexpired(out) if vt_ms else out
 
     def _plan(
@@ -617,30 +632,73 @@ class Receiver:
         max_receives: int | None,
         exhausted: Exhausted | None,
         max_size: int | None,
-    ) -> list[Claim]:
-        """The claims with their bodies (read side by side where renames cost
-        requests); one past ``max_receives`` goes to ``exhausted`` instead, and
-        one larger than ``max_size`` to nobody."""
+        out: list[Claim],
+        later: list[tuple[str, int]],
+    ) -> Exception | None:
+        """Read the bodies of the claims ``won`` (side by side where renames
+        cost requests) into ``out``; one past ``max_receives`` goes to
+        ``exhausted`` instead, and one larger than ``max_size`` to nobody.
+        The name each claim is left at, and its expiry, go to ``later``.
+
+        A claim whose body could not be read is given back at once
+        (:meth:`_give_back`); the first error of a read or of ``exhausted``
+        is returned (a message ``exhausted`` failed on stays held).
+        """
         store = self._store
 
         def read(name: str) -> bytes:
             return store.read(name) if max_size is None else store.read_limited(name, max_size)
 
-        out: list[Claim] = []
+        failure: Exception | None = None
+        unread: list[Plan] = []
         origins = self._candidates.origins
         bodies = fan_out(read, [plan.held for plan in won], store.batch_width)
         for plan, outcome in zip(won, bodies, strict=True):
             error = outcome.exception()
+            if isinstance(error, FileNotFoundError):
+                continue  # already expired and taken by another receiver
+            if isinstance(error, OSError) and not isinstance(error, TooLarge):
+                unread.append(plan)
+                failure = failure or error
+                continue
+            later.append((plan.held, plan.expiry_ms))
             if isinstance(error, TooLarge):
                 self._pass_over(plan, error)
-            elif isinstance(error, FileNotFoundError):
-                continue  # already expired and taken by another receiver
-            elif not self._exhausted(plan, body := outcome.result(), max_receives, exhausted):
-                origin = plan.id in origins
-                out.append(
-                    Claim(plan.id, plan.held, plan.receive_count, plan.expiry_ms, body, origin)
-                )
-        return out
+                continue
+            body = outcome.result()
+            try:
+                if self._exhausted(plan, body, max_receives, exhausted):
+                    continue
+            except (OSError, VsqsError) as exc:
+                failure = failure or exc
+                continue
+            origin = plan.id in origins
+            out.append(Claim(plan.id, plan.held, plan.receive_count, plan.expiry_ms, body, origin))
+        if unread:
+            later.extend(self._give_back(unread))
+        return failure
+
+    def _give_back(self, unread: list[Plan]) -> list[tuple[str, int]]:
+        """Make claims whose body could not be read visible again at once,
+        with the receive count they had before the claim (which delivered
+        nothing, so it counts nothing; docs/format.md, "Transitions"). The
+        renames take the next version, as every rename does. Returns the
+        name each is left at and its expiry: a claim whose give-back failed
+        too stays held until its visibility timeout, counted."""
+        store, now = self._store, self._clock.now_ms()
+        moves: list[tuple[str, str]] = []
+        for plan in unread:
+            held = names.parse(plan.held)
+            assert held is not None
+            moves.append((plan.held, names.next_name(held, now, plan.receive_count - 1)))
+        left: list[tuple[str, int]] = []
+        for plan, (_, back), error in zip(unread, moves, store.rename_batch(moves), strict=True):
+            if error is None:
+                left.append((back, now))
+            elif not isinstance(error, FileNotFoundError):  # else expired and taken by another
+                log.warning("%s: could not give back %s: %s", store.url, plan.held, error)
+                left.append((plan.held, plan.expiry_ms))
+        return left
 
     def _pass_over(self, plan: Plan, error: TooLarge) -> None:
         """A message too large to read: held until its visibility timeout runs

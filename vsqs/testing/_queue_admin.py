@@ -13,7 +13,7 @@ from vsqs import _names as names
 from vsqs._place import same_place
 
 from ._clock import FakeClock
-from ._suite import listing
+from ._suite import failing, listing
 
 
 class AdminTests:
@@ -125,6 +125,34 @@ class AdminTests:
             back = q.receive()
             assert back is not None and back.id == poison and back.receive_count == 1
             assert back.dead_lettered is None
+
+    def test_a_failed_delete_of_an_origin_record_fails_no_ack_and_no_redrive(
+        self, store: vsqs.Store, clock: FakeClock
+    ) -> None:
+        def is_record(name: str) -> bool:
+            return names.origin_id(name) is not None
+
+        with vsqs.Queue(store, clock=clock, max_receives=1, dead_letter="dlq") as q:
+            q.send_batch([b"a", b"b", b"c"])
+            assert len(q.receive_batch(10, visibility_timeout=0)) == 3
+            assert q.receive_batch(10) == []  # all three dead-lettered, with their records
+            dlq_store = store.sibling("dlq")
+            with vsqs.Queue(dlq_store, clock=clock) as dlq:
+                one, two = dlq.receive_batch(2)
+                assert one.dead_lettered is not None and two.dead_lettered is not None
+                stray = dlq.send(b"sent to the dead-letter queue itself: no record")
+                with failing(dlq_store, "delete", is_record) as failed:
+                    one.delete()  # the message is gone: the ack succeeded
+                    result = dlq.delete_batch([two])
+                    assert (result.deleted, result.stale, result.failed) == ([two.receipt], [], {})
+                    assert dlq.consume(lambda message: None, max_messages=1) == 1  # it goes on
+                    # A redrive's delete of a record its receiver did not list.
+                    assert vsqs.redrive(dlq, q) == 1
+                assert len(failed) == 4
+                assert dlq.stats().ready == 0 and [m.id for m in q.peek(10)] == [stray]
+                clock.advance(2 * 3600)  # past the grace period
+                assert len(dlq.gc()) == 3  # the records left behind
+                assert not any(is_record(name) for name in dlq_store.list())
 
     def test_dead_letter_needs_both_settings(self, store: vsqs.Store) -> None:
         with pytest.raises(vsqs.InvalidArgument):

@@ -14,7 +14,7 @@ import vsqs
 from vsqs import _names as names
 
 from ._clock import FakeClock
-from ._suite import listing
+from ._suite import failing, listing
 
 
 class FlowTests:
@@ -115,6 +115,40 @@ class FlowTests:
                 msg.delete()
             other.delete()
             assert listing(store) == [names.CONFIG_NAME]
+
+    def test_a_claim_whose_body_cannot_be_read_is_given_back_uncounted(
+        self, store: vsqs.Store, clock: FakeClock
+    ) -> None:
+        with (
+            vsqs.Queue(store, clock=clock, max_receives=1, dead_letter="dlq") as q,
+            vsqs.Queue(store, clock=clock) as other,
+        ):
+            first, second, third = q.send_batch([b"a", b"b", b"c"])
+            with (
+                failing(store, "read_limited", lambda name: name.startswith(first)) as failed,
+                pytest.raises(vsqs.StorageError, match="injected"),
+            ):
+                q.receive()  # claimed, but nothing was read: the error is raised
+            assert len(failed) == 1
+            # Visible again at once, to every client, with the count it had
+            # before, under a name it never had.
+            assert [(m.id, m.receive_count) for m in other.peek(10)] == [
+                (first, 0),
+                (second, 0),
+                (third, 0),
+            ]
+            given_back = [p for n in store.list() if (p := names.parse(n)) and p.id == first]
+            assert [p.version for p in given_back] == [2]
+            with failing(store, "read_limited", lambda name: name.startswith(second)):
+                got = q.receive_batch(10)
+            # What was read is returned: claims made one at a time stop at the
+            # failure, claims made side by side read the third too.
+            assert [m.id for m in got] in ([first], [first, third])
+            rest = other.receive_batch(10)
+            assert second in [m.id for m in rest]
+            received = sorted((m.id, m.receive_count) for m in got + rest)
+            assert received == [(first, 1), (second, 1), (third, 1)]
+            assert q.stats().dead_letter == 0  # nothing no caller received
 
     # --------------------------------------------------------------- delayed
     def test_delayed_send(self, q: vsqs.Queue, clock: FakeClock) -> None:

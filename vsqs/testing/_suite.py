@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import ClassVar
+import errno
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, ClassVar
 
 import pytest
 
@@ -42,3 +44,24 @@ class Suite:
 def listing(store: Store) -> list[str]:
     """Every name in ``store``, sorted."""
     return sorted(store.list())
+
+
+@contextmanager
+def failing(store: Store, method: str, fails: Callable[[str], bool]) -> Iterator[list[str]]:
+    """Make ``store.<method>(name, ...)`` raise ``EIO`` for the names ``fails``
+    picks (as a disk or a connection that fails under a client), until the
+    block ends; the others go through. Yields the names it failed, in order."""
+    real = getattr(store, method)
+    failed: list[str] = []
+
+    def call(name: str, *args: Any, **kwargs: Any) -> Any:
+        if fails(name):
+            failed.append(name)
+            raise OSError(errno.EIO, f"injected: {method} failed", name)
+        return real(name, *args, **kwargs)
+
+    setattr(store, method, call)
+    try:
+        yield failed
+    finally:
+        delattr(store, method)  # the class's method again
