@@ -241,6 +241,51 @@ def test_receiving_from_a_large_backlog_lists_one_page(s3_server: Server) -> Non
         assert store.io.requests["list"] == 1
 
 
+def gcs_requests(proxy: FaultProxy, kind: str) -> int:
+    """Requests of one kind that the proxy forwarded to fake-gcs-server:
+    ``list`` (a page), ``delete`` (a batch)."""
+    method, path_end = {"list": ("GET", "/o"), "delete": ("POST", "/batch/storage/v1")}[kind]
+    return sum(
+        e.method == method and e.path.partition("?")[0].endswith(path_end) for e in proxy.exchanges
+    )
+
+
+def test_a_receive_on_gcs_lists_one_page_of_its_own_queue(
+    gcs_server: Server, gcs_proxy: FaultProxy
+) -> None:
+    """A listing sends its prefix to the server and reads page by page, only as
+    far as its reader reads: the head of a backlog of more than one page costs
+    one ``LIST``, counted once (gcsfs's ``ls`` read every page, counted as one),
+    and neither the queue ``q2`` beside it (``q`` prefixes its name) nor a key
+    under it shows."""
+    url = gcs_server.url("q")
+    with vsqs.Queue(url, storage_options=gcs_server.storage_options) as q:
+        q.send_batch([b"m"] * 1100)  # more than a page of 1 000
+    with vsqs.Queue(url + "2", storage_options=gcs_server.storage_options) as beside:
+        beside.send_batch([b"beside"] * 5)
+    store = open_store(url, proxied(gcs_server, gcs_proxy))
+    assert isinstance(store, ObjectStore)
+    store.io.create("sub/1700000000000-0000-0123456789abcdef", b"nested")
+    with vsqs.Queue(store, clock=FakeClock(time.time() + 1)) as q:  # no young names
+        gcs_proxy.arm(None)
+        store.io.requests.clear()
+        msg = q.receive()
+        assert msg is not None and msg.body == b"m"
+        assert store.io.requests["list"] == gcs_requests(gcs_proxy, "list") == 1
+        gcs_proxy.arm(None)
+        store.io.requests.clear()
+        of_one_id = [name for name, _ in store.io.listing(msg.id)]
+        assert of_one_id and all(name.startswith(msg.id) for name in of_one_id)
+        assert store.io.requests["list"] == gcs_requests(gcs_proxy, "list") == 1
+        gcs_proxy.arm(None)
+        store.io.requests.clear()
+        everything = raw_names(store)
+        assert store.io.requests["list"] == gcs_requests(gcs_proxy, "list") == 2
+    # The config, 1 099 messages, the one received and its source's spent marker.
+    assert len(everything) == 1102 and everything == sorted(everything)
+    assert not any("/" in name for name in everything)
+
+
 # ------------------------------------------------------------- the classes
 def test_class_1_an_ack_and_an_extend_of_one_receipt_never_both_win(s3_server: Server) -> None:
     """One client, two threads: an extend of receipt R is between its copy and

@@ -7,17 +7,26 @@ gcsfs retries a failed upload up to six times, and a retry that lands after
 the first attempt took effect and the message was consumed would create the
 message again. So vsqs sends it through gcsfs's request method without its
 retry decorator and resolves an unknown outcome itself (``docs/protocol.md``).
+
+A listing goes to the JSON API directly, not through gcsfs's ``ls``: it sends
+its prefix to the server and is read page by page, only as far as the caller
+reads (``ls`` reads every page of the queue).
 """
 
 from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
 from ._errors import UnsupportedStore
 from ._store_fsspec import FsspecObjects
+
+#: Names of one listing page (the JSON API's most).
+_PAGE = 1000
 
 
 class GCSObjects(FsspecObjects):
@@ -32,6 +41,35 @@ class GCSObjects(FsspecObjects):
                 f"{url}: this gcsfs cannot send a request without retrying it; "
                 "vsqs needs gcsfs>=2025.7"
             )
+        self.bucket, _, key = self.root.partition("/")
+        self.prefix = f"{key}/" if key else ""
+
+    def listing(self, prefix: str = "") -> Iterator[tuple[str, float | None]]:
+        """One ``GET`` per page of 1 000 names under the queue's prefix and
+        ``prefix``, in name order; the delimiter keeps keys under the queue out."""
+        token: str | None = None
+        while True:
+            self.count("list")
+            try:
+                page = self.fs.call(
+                    "GET",
+                    "b/{}/o",
+                    self.bucket,
+                    json_out=True,
+                    prefix=self.prefix + prefix,
+                    delimiter="/",
+                    maxResults=_PAGE,
+                    pageToken=token,
+                )
+            except FileNotFoundError:  # no bucket
+                return
+            for item in page.get("items", ()):
+                name = item["name"][len(self.prefix) :]
+                if name:
+                    yield name, datetime.fromisoformat(item["updated"]).timestamp()
+            token = page.get("nextPageToken")
+            if not token:
+                return
 
     def create(self, name: str, data: bytes) -> None:
         from fsspec.asyn import sync
