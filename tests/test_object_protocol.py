@@ -286,6 +286,58 @@ def test_a_receive_on_gcs_lists_one_page_of_its_own_queue(
     assert not any("/" in name for name in everything)
 
 
+def test_gcs_deletes_in_batches_and_a_claim_carries_no_held_back_deletions(
+    gcs_server: Server, gcs_proxy: FaultProxy
+) -> None:
+    """One batch request deletes up to 100 names (gcsfs sends one ``DELETE`` per
+    name to any server but Google's). A claim's delete carries only the
+    held-back deletions that fit in the requests its sources need anyway:
+    after ``delete_batch(100)``, ``receive_batch(100)`` sends one delete where
+    it sent 300, one by one (at 20 ms a request, longer than a visibility
+    timeout of 3 s); the rest go with the next listing or flush."""
+    url = gcs_server.url()
+    with vsqs.Queue(url, storage_options=gcs_server.storage_options) as q:
+        q.send_batch([b"m"] * 250)
+    store = open_store(url, proxied(gcs_server, gcs_proxy))
+    assert isinstance(store, ObjectStore)
+    clock = FakeClock(time.time() + 1)  # standing still: no listing falls due
+    with vsqs.Queue(store, clock=clock) as q:
+        q.delete_batch(q.receive_batch(100))  # 100 objects and 100 markers held back
+        gcs_proxy.arm(None)
+        store.io.requests.clear()
+        assert len(q.receive_batch(100)) == 100
+        assert store.io.requests["delete"] == gcs_requests(gcs_proxy, "delete") == 1
+        gcs_proxy.arm(None)
+        store.io.requests.clear()
+        store.flush()  # 100 objects and 200 markers, then the objects' 100 markers
+        assert store.io.requests["delete"] == gcs_requests(gcs_proxy, "delete") == 4
+        assert len(gcs_proxy.exchanges) == 4
+        left = raw_names(store)
+    assert len(left) == 151, "the config, 50 messages, 100 held"
+    assert not any(name.endswith(MOVED_SUFFIX) for name in left)
+
+
+def test_a_gcs_remove_reports_the_names_of_a_failed_batch_and_no_absent_name(
+    gcs_server: Server, gcs_proxy: FaultProxy
+) -> None:
+    url = gcs_server.url()
+    with vsqs.Queue(url, storage_options=gcs_server.storage_options) as q:
+        q.send_batch([b"m"] * 150)
+    store = open_store(url, proxied(gcs_server, gcs_proxy))
+    assert isinstance(store, ObjectStore)
+    sent = [name for name in raw_names(store) if name != names.CONFIG_NAME]
+    batches = itertools.count()
+    gcs_proxy.quirk = Quirk(  # the first batch request is refused
+        lambda method, headers: method == "POST" and next(batches) == 0,
+        answer=(403, "AccessDenied", "not this one"),
+    )
+    gcs_proxy.arm(None)
+    store.io.requests.clear()
+    assert store.io.remove([*sent, "1700000000000-0000-0123456789abcdef"]) == sent[:100]
+    assert store.io.requests["delete"] == gcs_requests(gcs_proxy, "delete") == 2
+    assert raw_names(store) == sorted([names.CONFIG_NAME, *sent[:100]])
+
+
 # ------------------------------------------------------------- the classes
 def test_class_1_an_ack_and_an_extend_of_one_receipt_never_both_win(s3_server: Server) -> None:
     """One client, two threads: an extend of receipt R is between its copy and
