@@ -215,6 +215,40 @@ def test_a_message_lifecycle_takes_seven_requests_on_s3(
         assert store.io.requests == Counter(put=1, copy=1, delete=1, get=1)
 
 
+def test_a_message_lifecycle_takes_seven_requests_on_gcs_each_sent_once(
+    gcs_server: Server, gcs_proxy: FaultProxy
+) -> None:
+    """The same seven as on S3 (a batch request deletes), and each request
+    counted is one HTTP request: an ack's ``HEAD`` is one ``GET`` of the
+    object's metadata (gcsfs's ``info`` sent that and a ``LIST`` of the name
+    as a directory, or answered from its listings cache)."""
+    store = open_store(gcs_server.url(), proxied(gcs_server, gcs_proxy))
+    assert isinstance(store, ObjectStore)
+
+    def sent(expected: Counter[str]) -> None:
+        assert store.io.requests == expected
+        assert len(gcs_proxy.exchanges) == expected.total()
+        store.io.requests.clear()
+        gcs_proxy.arm(None)
+
+    clock = FakeClock(time.time())  # standing still: no listing falls due meanwhile
+    with vsqs.Queue(store, clock=clock) as q:
+        q.send_batch([b"warm"] * 3)
+        clock.advance(1)  # no young names
+        q.receive().delete()  # type: ignore[union-attr] - the first listing
+        store.io.requests.clear()
+        gcs_proxy.arm(None)
+        q.send(b"x")
+        sent(Counter(put=1))
+        msg = q.receive()
+        assert msg is not None
+        sent(Counter(put=1, copy=1, delete=1, get=1))
+        msg.delete()
+        sent(Counter(put=1, head=1))
+        q.receive()  # its batched delete carries the ack's object and an earlier marker
+        sent(Counter(put=1, copy=1, delete=1, get=1))
+
+
 def test_an_ack_costs_the_same_whatever_a_client_holds(memory_server: Server) -> None:
     """No cache of tags: the 300th message held is acked with the same two requests."""
     store = object_store(memory_server)

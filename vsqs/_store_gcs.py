@@ -8,11 +8,14 @@ the first attempt took effect and the message was consumed would create the
 message again. So vsqs sends it through gcsfs's request method without its
 retry decorator and resolves an unknown outcome itself (``docs/protocol.md``).
 
-Listings and deletions go to the JSON API directly, not through gcsfs's
-``ls`` and ``rm``: a listing sends its prefix to the server and is read page
-by page, only as far as the caller reads (``ls`` reads every page of the
-queue), and one batch request deletes up to 100 names (gcsfs sends its
-batches to Google only, one ``DELETE`` per name elsewhere).
+Listings, existence checks and deletions go to the JSON API directly, not
+through gcsfs's ``ls``, ``info`` and ``rm``: a listing sends its prefix to
+the server and is read page by page, only as far as the caller reads (``ls``
+reads every page of the queue), an existence check is one ``GET`` of the
+object's metadata (``info`` also lists the name as a directory), and one
+batch request deletes up to 100 names (gcsfs sends its batches to Google
+only, one ``DELETE`` per name elsewhere). So each request counted is one
+request sent.
 """
 
 from __future__ import annotations
@@ -96,6 +99,16 @@ class GCSObjects(FsspecObjects):
             token = page.get("nextPageToken")
             if not token:
                 return
+
+    def exists(self, name: str) -> bool:
+        """One ``GET`` of the object's metadata, never a cached answer (gcsfs's
+        ``info`` also lists the name as a directory, side by side)."""
+        self.count("head")
+        try:
+            self.fs.call("GET", "b/{}/o/{}", self.bucket, self.prefix + name, json_out=True)
+        except FileNotFoundError:
+            return False
+        return True
 
     def remove(self, names: list[str]) -> list[str]:
         """One batch request per 100 names; an absent name is no error. The names
