@@ -9,7 +9,7 @@ from vsqs.testing import FakeClock
 from ._cli import kill_leftovers
 from ._spark_cluster import spark_cluster
 from ._spark_session import spark  # noqa: F401 - one SparkSession for every Spark test
-from .servers import ceph_server, gcs_server, memory_server, s3_proxy, s3_server
+from .servers import ceph_server, gcs_proxy, gcs_server, memory_server, s3_proxy, s3_server
 
 #: ``pytester`` runs the shipped conformance suites on a third-party store.
 pytest_plugins = ["pytester"]
@@ -18,6 +18,7 @@ __all__ = [
     "FakeClock",
     "ceph_server",
     "clock",
+    "gcs_proxy",
     "gcs_server",
     "memory_server",
     "no_command_left_running",

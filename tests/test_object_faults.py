@@ -50,6 +50,7 @@ class FaultyIO(ObjectIO):
         self.inner, self.mode, self.fault_at = inner, mode, fault_at
         self.url = inner.url
         self.exclusive_create_via = inner.exclusive_create_via  # type: ignore[misc]
+        self.names_per_remove = inner.names_per_remove  # type: ignore[misc]
         self.calls = [0]  # shared with siblings: one process
 
     def _request(self, what: str, call: Callable[[], Any], *, resend: bool = True) -> Any:

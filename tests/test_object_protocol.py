@@ -215,6 +215,40 @@ def test_a_message_lifecycle_takes_seven_requests_on_s3(
         assert store.io.requests == Counter(put=1, copy=1, delete=1, get=1)
 
 
+def test_a_message_lifecycle_takes_seven_requests_on_gcs_each_sent_once(
+    gcs_server: Server, gcs_proxy: FaultProxy
+) -> None:
+    """The same seven as on S3 (a batch request deletes), and each request
+    counted is one HTTP request: an ack's ``HEAD`` is one ``GET`` of the
+    object's metadata (gcsfs's ``info`` sent that and a ``LIST`` of the name
+    as a directory, or answered from its listings cache)."""
+    store = open_store(gcs_server.url(), proxied(gcs_server, gcs_proxy))
+    assert isinstance(store, ObjectStore)
+
+    def sent(expected: Counter[str]) -> None:
+        assert store.io.requests == expected
+        assert len(gcs_proxy.exchanges) == expected.total()
+        store.io.requests.clear()
+        gcs_proxy.arm(None)
+
+    clock = FakeClock(time.time())  # standing still: no listing falls due meanwhile
+    with vsqs.Queue(store, clock=clock) as q:
+        q.send_batch([b"warm"] * 3)
+        clock.advance(1)  # no young names
+        q.receive().delete()  # type: ignore[union-attr] - the first listing
+        store.io.requests.clear()
+        gcs_proxy.arm(None)
+        q.send(b"x")
+        sent(Counter(put=1))
+        msg = q.receive()
+        assert msg is not None
+        sent(Counter(put=1, copy=1, delete=1, get=1))
+        msg.delete()
+        sent(Counter(put=1, head=1))
+        q.receive()  # its batched delete carries the ack's object and an earlier marker
+        sent(Counter(put=1, copy=1, delete=1, get=1))
+
+
 def test_an_ack_costs_the_same_whatever_a_client_holds(memory_server: Server) -> None:
     """No cache of tags: the 300th message held is acked with the same two requests."""
     store = object_store(memory_server)
@@ -239,6 +273,103 @@ def test_receiving_from_a_large_backlog_lists_one_page(s3_server: Server) -> Non
         msg = q.receive()
         assert msg is not None and msg.body == b"m"
         assert store.io.requests["list"] == 1
+
+
+def gcs_requests(proxy: FaultProxy, kind: str) -> int:
+    """Requests of one kind that the proxy forwarded to fake-gcs-server:
+    ``list`` (a page), ``delete`` (a batch)."""
+    method, path_end = {"list": ("GET", "/o"), "delete": ("POST", "/batch/storage/v1")}[kind]
+    return sum(
+        e.method == method and e.path.partition("?")[0].endswith(path_end) for e in proxy.exchanges
+    )
+
+
+def test_a_receive_on_gcs_lists_one_page_of_its_own_queue(
+    gcs_server: Server, gcs_proxy: FaultProxy
+) -> None:
+    """A listing sends its prefix to the server and reads page by page, only as
+    far as its reader reads: the head of a backlog of more than one page costs
+    one ``LIST``, counted once (gcsfs's ``ls`` read every page, counted as one),
+    and neither the queue ``q2`` beside it (``q`` prefixes its name) nor a key
+    under it shows."""
+    url = gcs_server.url("q")
+    with vsqs.Queue(url, storage_options=gcs_server.storage_options) as q:
+        q.send_batch([b"m"] * 1100)  # more than a page of 1 000
+    with vsqs.Queue(url + "2", storage_options=gcs_server.storage_options) as beside:
+        beside.send_batch([b"beside"] * 5)
+    store = open_store(url, proxied(gcs_server, gcs_proxy))
+    assert isinstance(store, ObjectStore)
+    store.io.create("sub/1700000000000-0000-0123456789abcdef", b"nested")
+    with vsqs.Queue(store, clock=FakeClock(time.time() + 1)) as q:  # no young names
+        gcs_proxy.arm(None)
+        store.io.requests.clear()
+        msg = q.receive()
+        assert msg is not None and msg.body == b"m"
+        assert store.io.requests["list"] == gcs_requests(gcs_proxy, "list") == 1
+        gcs_proxy.arm(None)
+        store.io.requests.clear()
+        of_one_id = [name for name, _ in store.io.listing(msg.id)]
+        assert of_one_id and all(name.startswith(msg.id) for name in of_one_id)
+        assert store.io.requests["list"] == gcs_requests(gcs_proxy, "list") == 1
+        gcs_proxy.arm(None)
+        store.io.requests.clear()
+        everything = raw_names(store)
+        assert store.io.requests["list"] == gcs_requests(gcs_proxy, "list") == 2
+    # The config, 1 099 messages, the one received and its source's spent marker.
+    assert len(everything) == 1102 and everything == sorted(everything)
+    assert not any("/" in name for name in everything)
+
+
+def test_gcs_deletes_in_batches_and_a_claim_carries_no_held_back_deletions(
+    gcs_server: Server, gcs_proxy: FaultProxy
+) -> None:
+    """One batch request deletes up to 100 names (gcsfs sends one ``DELETE`` per
+    name to any server but Google's). A claim's delete carries only the
+    held-back deletions that fit in the requests its sources need anyway:
+    after ``delete_batch(100)``, ``receive_batch(100)`` sends one delete where
+    it sent 300, one by one (at 20 ms a request, longer than a visibility
+    timeout of 3 s); the rest go with the next listing or flush."""
+    url = gcs_server.url()
+    with vsqs.Queue(url, storage_options=gcs_server.storage_options) as q:
+        q.send_batch([b"m"] * 250)
+    store = open_store(url, proxied(gcs_server, gcs_proxy))
+    assert isinstance(store, ObjectStore)
+    clock = FakeClock(time.time() + 1)  # standing still: no listing falls due
+    with vsqs.Queue(store, clock=clock) as q:
+        q.delete_batch(q.receive_batch(100))  # 100 objects and 100 markers held back
+        gcs_proxy.arm(None)
+        store.io.requests.clear()
+        assert len(q.receive_batch(100)) == 100
+        assert store.io.requests["delete"] == gcs_requests(gcs_proxy, "delete") == 1
+        gcs_proxy.arm(None)
+        store.io.requests.clear()
+        store.flush()  # 100 objects and 200 markers, then the objects' 100 markers
+        assert store.io.requests["delete"] == gcs_requests(gcs_proxy, "delete") == 4
+        assert len(gcs_proxy.exchanges) == 4
+        left = raw_names(store)
+    assert len(left) == 151, "the config, 50 messages, 100 held"
+    assert not any(name.endswith(MOVED_SUFFIX) for name in left)
+
+
+def test_a_gcs_remove_reports_the_names_of_a_failed_batch_and_no_absent_name(
+    gcs_server: Server, gcs_proxy: FaultProxy
+) -> None:
+    url = gcs_server.url()
+    with vsqs.Queue(url, storage_options=gcs_server.storage_options) as q:
+        q.send_batch([b"m"] * 150)
+    store = open_store(url, proxied(gcs_server, gcs_proxy))
+    assert isinstance(store, ObjectStore)
+    sent = [name for name in raw_names(store) if name != names.CONFIG_NAME]
+    batches = itertools.count()
+    gcs_proxy.quirk = Quirk(  # the first batch request is refused
+        lambda method, headers: method == "POST" and next(batches) == 0,
+        answer=(403, "AccessDenied", "not this one"),
+    )
+    gcs_proxy.arm(None)
+    store.io.requests.clear()
+    assert store.io.remove([*sent, "1700000000000-0000-0123456789abcdef"]) == sent[:100]
+    assert store.io.requests["delete"] == gcs_requests(gcs_proxy, "delete") == 2
+    assert raw_names(store) == sorted([names.CONFIG_NAME, *sent[:100]])
 
 
 # ------------------------------------------------------------- the classes

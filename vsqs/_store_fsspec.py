@@ -10,7 +10,7 @@ in one process anyway.
 
 S3 and GCS have adapters of their own (:mod:`vsqs._store_s3`,
 :mod:`vsqs._store_gcs`) that keep their client libraries from sending a
-create twice.
+create twice, list page by page and delete in batches.
 """
 
 from __future__ import annotations

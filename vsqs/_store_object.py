@@ -12,7 +12,8 @@ short, ``rename(S, D)``:
    number of clients moving or deleting ``S``, exactly one creates the marker.
    From now on ``S`` is hidden from listings;
 2. copies ``S`` to ``D`` on the server;
-3. deletes ``S``, in one batch with this client's earlier deletions.
+3. deletes ``S``, in one batch with those of this client's earlier deletions
+   that fit in the same requests.
 
 An ack (``delete(D)``) commits the same way, with a marker of empty target,
 then checks that ``D`` is still there; the object itself is deleted with the
@@ -110,6 +111,10 @@ class ObjectIO(ABC):
     #: Requests of one batch this adapter serves at once; 1 sends them one
     #: after another (a filesystem that is not thread-safe, a simulation).
     in_flight: int = IN_FLIGHT
+    #: Names one :meth:`remove` request deletes (S3: 1 000, GCS: 100; 1: one
+    #: request per name). A claim's delete carries the deletions held back only
+    #: as far as they fit in the requests its own names need.
+    names_per_remove: ClassVar[int] = 1
 
     url: str
 
@@ -498,16 +503,26 @@ class ObjectStore(Store):
             self._send_deletions()
 
     def _send_deletions(self, first: Sequence[str] = ()) -> set[str]:
-        """Delete ``first`` and what this client held back, in one batch; return
+        """Delete ``first`` with what this client held back, in one batch; return
         the names of ``first`` that were not deleted.
 
-        An acknowledged name's marker is spent once the name is deleted, and
-        goes with the next batch (never with the name: a batch deletes in no
-        promised order).
+        With ``first`` (a claim's sources), only the deletions held back that
+        fit in the requests ``first`` needs anyway go along (none where a
+        request carries one name): the rest would cost the claim requests of
+        their own, and wait for the next listing instead. An acknowledged
+        name's marker is spent once the name is deleted, and goes with the next
+        batch (never with the name: a batch deletes in no promised order).
         """
         with self._lock:
             doomed, spent = list(self._doomed), list(self._spent)
-            self._doomed, self._spent = {}, {}
+            if first:
+                room = -len(first) % max(1, self.io.names_per_remove)
+                doomed = doomed[:room]
+                spent = spent[: room - len(doomed)]
+            for name in doomed:
+                del self._doomed[name]
+            for name in spent:
+                del self._spent[name]
         failed = (
             set(self.io.remove([*first, *doomed, *spent])) if first or doomed or spent else set()
         )

@@ -126,6 +126,8 @@ def _check_session_options(url: str, fs: Any) -> None:
 class S3Objects(FsspecObjects):
     """A queue under ``bucket/prefix/name`` of an ``s3fs.S3FileSystem``."""
 
+    names_per_remove = _PAGE
+
     def __init__(self, fs: Any, root: str, url: str, **kwargs: Any) -> None:
         _check_session_options(url, fs)
         super().__init__(fs, root, url, **kwargs)

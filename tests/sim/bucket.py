@@ -87,21 +87,9 @@ class Bucket:
     def copy(self, source: str, target: str) -> str:
         return self._write(target, self._get(source).data)
 
-    def delete(self, key: str, *, if_match: str | None = None) -> None:
-        found = self.objects.get(key)
-        if self.flavour == "ceph":  # If-Match ignored; absent keys answer 204
-            self.objects.pop(key, None)
-            return
-        if found is None:
-            if if_match is not None or self.flavour == "gcs":
-                raise Status(404, key)
-            return
-        if if_match is not None and found.etag != if_match:
-            raise Status(412, key)
-        del self.objects[key]
-
     def delete_many(self, keys: list[str]) -> list[str]:
-        """A batched delete (``DeleteObjects``); absent keys are no error."""
+        """A batched delete (S3's ``DeleteObjects``, a GCS batch request); absent
+        keys are no error (GCS answers them 404, which vsqs takes as deleted)."""
         for key in keys:
             self.objects.pop(key, None)
         return []

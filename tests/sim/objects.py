@@ -57,6 +57,9 @@ class SimObjects(ObjectIO):
         self.torn = torn
         if self.bucket.flavour == "gcs":
             self.exclusive_create_via = "gcs-generation"  # type: ignore[misc]
+            self.names_per_remove = 100  # type: ignore[misc]  # a batch request
+        else:
+            self.names_per_remove = 1000  # type: ignore[misc]  # a DeleteObjects
 
     @property
     def probe_scope(self) -> Hashable:
@@ -157,26 +160,17 @@ class SimObjects(ObjectIO):
             raise FileNotFoundError(src) from exc
 
     def remove(self, names: list[str]) -> list[str]:
-        if not names:
-            return []
-        if self.bucket.flavour == "gcs":  # no batched delete: one request each
-            failed = []
-            for name in names:
-                try:
-                    self._request(
-                        f"delete {self._key(name)}", lambda n=name: self.bucket.delete(self._key(n))
-                    )
-                except Status:
-                    pass
-                except OSError:
-                    failed.append(name)
-            return failed
-        keys = [self._key(n) for n in names]
-        try:
-            self._request(f"deletes {keys}", lambda: self.bucket.delete_many(keys))
-        except OSError:
-            return list(names)
-        return []
+        """One request per ``names_per_remove`` names (S3's ``DeleteObjects``,
+        a GCS batch request)."""
+        failed: list[str] = []
+        for start in range(0, len(names), self.names_per_remove):
+            chunk = names[start : start + self.names_per_remove]
+            keys = [self._key(n) for n in chunk]
+            try:
+                self._request(f"deletes {keys}", lambda keys=keys: self.bucket.delete_many(keys))
+            except OSError:
+                failed += chunk
+        return failed
 
     def clock_offset(self) -> float | None:
         actor = self.scheduler.current()
