@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -27,9 +28,13 @@ import s3fs
 import vsqs
 from vsqs import _names as names
 from vsqs._place import same_place
+from vsqs._registry import open_store
+from vsqs._store_object import ObjectStore
 
 from .conftest import FakeClock
 from .servers import Server
+from .test_object_faults import Interleave
+from .test_object_protocol import on
 
 
 def dead_letter_one(source: vsqs.Queue, clock: FakeClock) -> str:
@@ -43,6 +48,22 @@ def dead_letter_one(source: vsqs.Queue, clock: FakeClock) -> str:
 
 def records(path: Path) -> list[str]:
     return sorted(n for n in os.listdir(path) if names.origin_id(n))
+
+
+def now(clock: FakeClock) -> datetime:
+    """The time a dead-lettering on ``clock`` records (whole ms)."""
+    return datetime.fromtimestamp(int(clock() * 1000) / 1000, UTC)
+
+
+def jobs_and_dlq(server: Server) -> tuple[ObjectStore, ObjectStore]:
+    """A queue ``jobs`` on ``server`` and its dead-letter queue ``jobs-dlq``."""
+    store = open_store(server.url("jobs"), server.storage_options)
+    assert isinstance(store, ObjectStore)
+    return store, store.sibling("jobs-dlq")
+
+
+#: ``jobs``: every message is dead-lettered at its second receive.
+JOBS = {"visibility_timeout": 1, "max_receives": 1, "dead_letter": "jobs-dlq"}
 
 
 # ------------------------------------------------------------------ redrive
@@ -205,9 +226,11 @@ def test_origin_records_go_with_their_messages_by_ack_purge_and_gc(
         for n, i in enumerate([first, second, third])
     }
     dlq_dir = tmp_path / "dlq"
-    assert records(dlq_dir) == [names.origin_name(i) for i in (first, second, third)]
-    # A record left by a crash, or written for a dead-lettering under way.
-    orphan = names.origin_name(names.IdGenerator().next_id(int(clock() * 1000)))
+    assert [names.origin_id(n) for n in records(dlq_dir)] == [first, second, third]
+    third_record = records(dlq_dir)[2]
+    # A record left by a crash, or written for a dead-lettering under way, as
+    # code that predates record ids named it.
+    orphan = f"{names.IdGenerator().next_id(int(clock() * 1000))}{names.ORIGIN_SUFFIX}"
     source = str(tmp_path / "q")
     (dlq_dir / orphan).write_bytes(vsqs.DeadLettered(source, 1, at[third]).to_json())
     with vsqs.Queue(dlq_dir, clock=clock) as dlq:
@@ -218,7 +241,7 @@ def test_origin_records_go_with_their_messages_by_ack_purge_and_gc(
         msg = dlq.receive()
         assert msg is not None and msg.id == second
         msg.delete()  # not read, but its receiver listed it: it goes too
-        assert records(dlq_dir) == sorted([names.origin_name(third), orphan])
+        assert records(dlq_dir) == sorted([third_record, orphan])
         assert dlq.gc() == []  # the orphan is young: a dead-lettering may be under way
         clock.advance(3601)  # older than the grace period
         assert dlq.gc() == [orphan]  # third's message is still there
@@ -226,11 +249,71 @@ def test_origin_records_go_with_their_messages_by_ack_purge_and_gc(
     assert records(dlq_dir) == []
 
 
+def test_a_redrives_late_record_delete_never_removes_a_later_dead_letterings_record(
+    memory_server: Server,
+) -> None:
+    """Issue 26, class 3: a redrive's DELETE of the record lands after the
+    redriven message was dead-lettered again. It used to delete the record
+    that dead-lettering wrote under the same name ``<id>.origin``, and the
+    dead letter showed ``dead_lettered=None``; each record's name now never
+    recurs."""
+    clock = FakeClock(float(int(time.time())))
+    store, dlq_store = jobs_and_dlq(memory_server)
+    with vsqs.Queue(store, clock=clock, **JOBS) as jobs:  # type: ignore[arg-type]
+        poison = dead_letter_one(jobs, clock)
+        again: list[datetime] = []
+
+        def dead_letter_again() -> None:
+            back = jobs.receive()
+            assert back is not None and back.id == poison
+            clock.advance(2)
+            assert jobs.receive() is None  # dead-lettered again, with a record of its own
+            again.append(now(clock))
+
+        late = ObjectStore(
+            Interleave(dlq_store.io, on("remove", names.ORIGIN_SUFFIX), dead_letter_again)
+        )
+        with vsqs.Queue(late, clock=clock) as dlq:
+            assert vsqs.redrive(dlq, jobs, max_messages=1) == 1
+        assert again, "the redrive deleted no record"
+    with vsqs.Queue(dlq_store, clock=clock) as dlq:
+        [dead] = dlq.peek()
+        assert dead.id == poison
+        assert dead.dead_lettered == vsqs.DeadLettered(store.url, 1, again[0])
+        held = dlq.receive()
+        assert held is not None and held.dead_lettered == dead.dead_lettered
+
+
+def test_purge_keeps_the_record_of_a_dead_letter_whose_delete_lost_a_race(
+    memory_server: Server,
+) -> None:
+    """Issue 26, class 3: a purge listed a held dead letter, whose holder
+    extended it before the purge's delete: the message survives the purge,
+    and so must its record (the purge deleted the records of every message
+    it listed)."""
+    clock = FakeClock(float(int(time.time())))
+    store, dlq_store = jobs_and_dlq(memory_server)
+    with vsqs.Queue(store, clock=clock, **JOBS) as jobs:  # type: ignore[arg-type]
+        poison = dead_letter_one(jobs, clock)
+        at = now(clock)
+    with vsqs.Queue(dlq_store, clock=clock) as holder:
+        held = holder.receive(visibility_timeout=60)
+        assert held is not None and held.id == poison and held.receipt is not None
+        racing = Interleave(dlq_store.io, on("create", held.receipt + "."), lambda: held.extend(60))
+        with vsqs.Queue(ObjectStore(racing), clock=clock) as dlq:
+            assert dlq.purge() == 0  # the message moved on under its holder
+        assert held.dead_lettered == vsqs.DeadLettered(store.url, 1, at)
+        held.delete()
+        assert [n for n in dlq_store.list() if n != names.CONFIG_NAME] == []  # the record went too
+
+
 def test_a_torn_or_foreign_origin_record_reads_as_none(tmp_path: Path, clock: FakeClock) -> None:
     with vsqs.Queue(tmp_path / "dlq", clock=clock) as dlq:
         sent = dlq.send_batch([b"a", b"b"])
-        (tmp_path / "dlq" / names.origin_name(sent[0])).write_bytes(b'{"source": "q", "rec')
-        with open(tmp_path / "dlq" / names.origin_name(sent[1]), "wb") as f:
+        record_id = names.IdGenerator().next_id(int(clock() * 1000))
+        torn = names.origin_name(sent[0], record_id)
+        (tmp_path / "dlq" / torn).write_bytes(b'{"source": "q", "rec')
+        with open(tmp_path / "dlq" / names.origin_name(sent[1], record_id), "wb") as f:
             f.truncate(1 << 30)  # not read whole
         assert [m.dead_lettered for m in dlq.peek()] == [None, None]
         got = dlq.receive_batch(2)
