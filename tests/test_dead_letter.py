@@ -27,14 +27,17 @@ import s3fs
 
 import vsqs
 from vsqs import _names as names
+from vsqs import _store_object
+from vsqs._dead_letter import MOVE_HOLD
 from vsqs._place import same_place
 from vsqs._registry import open_store
 from vsqs._store_object import ObjectStore
 
 from .conftest import FakeClock
 from .servers import Server
+from .test_crashes import Crash
 from .test_object_faults import Interleave
-from .test_object_protocol import on
+from .test_object_protocol import die, on
 
 
 def dead_letter_one(source: vsqs.Queue, clock: FakeClock) -> str:
@@ -305,6 +308,44 @@ def test_purge_keeps_the_record_of_a_dead_letter_whose_delete_lost_a_race(
         assert held.dead_lettered == vsqs.DeadLettered(store.url, 1, at)
         held.delete()
         assert [n for n in dlq_store.list() if n != names.CONFIG_NAME] == []  # the record went too
+
+
+def test_a_move_in_never_gives_a_second_copy_the_id_of_a_copy_being_moved(
+    memory_server: Server,
+) -> None:
+    """Issue 26, class 4. A redrive cut short after its publish leaves the
+    message in both queues; a consumer of the source holds the copy there.
+    A second redrive moves the other copy in while the consumer's extend is
+    between its marker and its copy. Its check for a copy already here
+    listed the id's names settled, which hide a name being moved: it
+    published a second copy under the same id, whose claim in the same ms as
+    the extend chose the same name, copied over it, and two consumers held
+    one receipt (one ack succeeded, the other was stale). A copy under way
+    counts as here now: the second copy gets a sibling id."""
+    clock = FakeClock(float(int(time.time())))
+    store, dlq_store = jobs_and_dlq(memory_server)
+    with (
+        vsqs.Queue(store, clock=clock, **JOBS) as jobs,  # type: ignore[arg-type]
+        vsqs.Queue(dlq_store, clock=clock) as dlq,
+    ):
+        poison = dlq.send(b"poison")
+        cut = Interleave(dlq_store.io, on("create", ".1.1" + _store_object.MOVED_SUFFIX), die)
+        with vsqs.Queue(ObjectStore(cut), clock=clock) as dying, pytest.raises(Crash):
+            vsqs.redrive(dying, jobs)  # dies at its ack in the dead-letter queue
+        held = jobs.receive(visibility_timeout=600)
+        assert held is not None and held.id == poison and held.receipt is not None
+        clock.advance(MOVE_HOLD + 1)  # the dead redrive's hold runs out
+
+        def redrive() -> None:
+            assert vsqs.redrive(dlq, jobs) == 1
+
+        heartbeat = ObjectStore(Interleave(store.io, on("copy", held.receipt), redrive))
+        with vsqs.Queue(heartbeat, clock=clock) as consumer:
+            extended = consumer.extend(held.receipt, 60)
+        other = jobs.receive(visibility_timeout=60)  # the same ms, the same visibility
+        assert other is not None and other.id[:19] == poison[:19] and other.body == b"poison"
+        assert other.receipt != extended.receipt, "two consumers hold one receipt"
+        assert jobs.delete_batch([extended.receipt, other.receipt]).ok  # each holds a copy
 
 
 def test_a_torn_or_foreign_origin_record_reads_as_none(tmp_path: Path, clock: FakeClock) -> None:

@@ -98,20 +98,22 @@ def move_in(
     An earlier move of it may have published it here already and been cut
     short before it removed the message at its source: if it is here and
     nobody received it yet (receive count 0), nothing is published (one
-    listing of the id's names). A copy here that was received is not
-    trusted: it may be on its way out (a dead-lettering crossing a redrive),
-    so the message is published again (at least once).
+    listing of the id's names, :meth:`~vsqs._store.Store.names_of`). A copy
+    here that was received is not trusted: it may be on its way out (a
+    dead-lettering crossing a redrive), so the message is published again
+    (at least once).
 
     A second copy of the message in one queue would share its id with the
     first (and, once both are claimed in the same ms, names): so a copy
-    published while another may exist (one was received here, or, where
-    names must not recur, a create's outcome was unknown and it may land
-    later) gets a :func:`~vsqs._names.sibling_id`, the same FIFO position
-    under an id of its own.
+    published while another may exist (one was received here, or is being
+    moved here by another client, or, where names must not recur, a
+    create's outcome was unknown and it may land later) gets a
+    :func:`~vsqs._names.sibling_id`, the same FIFO position under an id of
+    its own.
     """
     with storage_errors(f"moving {moved.id} into {store.url}"):
         received_here = False
-        for name in store.list(prefix=moved.id):
+        for name in store.names_of(moved.id):
             here = names.parse(name)
             if here is not None and here.state != names.NEW:
                 if not here.receive_count:
