@@ -252,6 +252,29 @@ def test_origin_records_go_with_their_messages_by_ack_purge_and_gc(
     assert records(dlq_dir) == []
 
 
+def test_a_record_named_as_before_record_ids_is_read_ranked_oldest_and_removed(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """``<id>.origin``, as code before record ids wrote it, is still a record:
+    shown, and acked with its message; a record with a record id is newer."""
+    with vsqs.Queue(tmp_path / "dlq", clock=clock) as dlq:
+        old, both = dlq.send_batch([b"old", b"both"])
+        before = vsqs.DeadLettered("/q", 1, now(clock))
+        for message_id in (old, both):
+            legacy = f"{message_id}{names.ORIGIN_SUFFIX}"
+            (tmp_path / "dlq" / legacy).write_bytes(before.to_json())
+        clock.advance(1)
+        after = vsqs.DeadLettered("/q", 2, now(clock))
+        record_id = names.IdGenerator().next_id(int(clock() * 1000))
+        newer = names.origin_name(both, record_id)
+        (tmp_path / "dlq" / newer).write_bytes(after.to_json())
+        assert [m.dead_lettered for m in dlq.peek()] == [before, after]
+        got = dlq.receive_batch(2)
+        assert [m.dead_lettered for m in got] == [before, after]
+        assert dlq.delete_batch(got).ok
+        assert records(tmp_path / "dlq") == []
+
+
 def test_a_redrives_late_record_delete_never_removes_a_later_dead_letterings_record(
     memory_server: Server,
 ) -> None:
