@@ -152,8 +152,9 @@ class Store(ABC):
         client is moving right now (listed under the name it leaves); a name
         whose delete was committed is no copy and may be left out.
 
-        This default is :meth:`list` with that prefix: right for stores whose
-        renames are atomic, where no move is ever under way.
+        This default is :meth:`list` with that prefix: stores whose renames
+        are atomic have no move under way to show (though a directory
+        listing may miss a name renamed while it runs, docs/format.md).
         """
         return self.list(prefix=message_id)
 
