@@ -130,14 +130,15 @@ def origin_record(name: str) -> tuple[str, str] | None:
     """``(message id, record id)`` of an origin record's name, ``None`` for any
     other name. A record named ``<id>.origin`` (written before record ids) has
     the record id ``""``, older than any other."""
-    if not name.endswith(ORIGIN_SUFFIX):
+    message_id = name[:ID_LEN]
+    if not (name.endswith(ORIGIN_SUFFIX) and is_id(message_id)):
         return None
-    message_id, record_id = name[:ID_LEN], name[ID_LEN + 1 : -len(ORIGIN_SUFFIX)]
-    if len(name) == ID_LEN + len(ORIGIN_SUFFIX):
-        record_id = ""
-    elif name[ID_LEN : ID_LEN + 1] != "." or not is_id(record_id):
-        return None
-    return (message_id, record_id) if is_id(message_id) else None
+    between = name[ID_LEN : -len(ORIGIN_SUFFIX)]
+    if not between:
+        return message_id, ""
+    if between[0] == "." and is_id(between[1:]):
+        return message_id, between[1:]
+    return None
 
 
 def origin_id(name: str) -> str | None:
@@ -150,14 +151,11 @@ def origin_id(name: str) -> str | None:
 Records = tuple[str, ...]
 
 
-def note_origin(origins: dict[str, Records], name: str) -> bool:
-    """Add ``name`` to ``origins`` (message id: its records) if it is an
-    origin record's name; whether it is one."""
+def note_origin(origins: dict[str, Records], name: str) -> None:
+    """Add ``name`` to ``origins`` (message id: its records) if it is an origin record's name."""
     message_id = origin_id(name)
-    if message_id is None:
-        return False
-    origins[message_id] = (*origins.get(message_id, ()), name)
-    return True
+    if message_id is not None:
+        origins[message_id] = (*origins.get(message_id, ()), name)
 
 
 def invisible_name(message_id: str, expiry_ms: int, count: int, version: int) -> str:
