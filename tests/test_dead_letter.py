@@ -275,6 +275,31 @@ def test_a_record_named_as_before_record_ids_is_read_ranked_oldest_and_removed(
         assert records(tmp_path / "dlq") == []
 
 
+def test_a_received_dead_letter_whose_listed_record_is_gone_looks_for_its_own(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """On a local directory a moved message is published under its ready name
+    ``<id>`` every time: a receiver's listing may have shown an earlier copy
+    of it with that copy's record, which a redrive removed before a later
+    dead-lettering wrote a new one. The record read is the message's own."""
+    dlq_dir = tmp_path / "dlq"
+    with vsqs.Queue(dlq_dir, clock=clock) as dlq:
+        first, poison = dlq.send_batch([b"first", b"poison"])
+        earlier = dlq_dir / names.origin_name(poison, names.IdGenerator().next_id(0))
+        earlier.write_bytes(vsqs.DeadLettered("/q", 1, now(clock)).to_json())
+        got = dlq.receive()  # lists both messages and the record
+        assert got is not None and got.id == first
+        clock.advance(0.1)  # less than STALE_AFTER: the receiver does not list again
+        earlier.unlink()  # redriven; dead-lettered again with a record of its own
+        later = vsqs.DeadLettered("/q", 2, now(clock))
+        record_id = names.IdGenerator().next_id(int(clock() * 1000))
+        (dlq_dir / names.origin_name(poison, record_id)).write_bytes(later.to_json())
+        held = dlq.receive()
+        assert held is not None and held.id == poison and held.dead_lettered == later
+        held.delete()
+        assert records(dlq_dir) == []
+
+
 def test_a_redrives_late_record_delete_never_removes_a_later_dead_letterings_record(
     memory_server: Server,
 ) -> None:

@@ -166,17 +166,21 @@ class Message:
         source queue, its receive count there and when; ``None`` otherwise.
 
         :meth:`Queue.peek` fills it in from its listing; for a received
-        message the origin record is read at the first access (one read of
-        the record its receiver's listing showed, else a listing of the
-        message's names first: on a local directory, of the directory).
-        Acknowledging a message whose record was found, or listed by its
-        receiver, removes the record too (else ``gc()`` does, once the
-        message is gone).
+        message the origin record is read at the first access: one read of
+        the record its receiver's listing showed; if it showed none, or that
+        one is gone (on a local directory a ready name recurs: the listing
+        may have shown an earlier copy's), a listing of the message's names
+        first (on a local directory, of the directory). Acknowledging a
+        message whose record was found, or listed by its receiver, removes
+        the record too (else ``gc()`` does, once the message is gone).
         """
         if self._dead_lettered is _UNREAD:
-            held = self._hold
-            held.origin = held.origin or find_records(held.queue.store, self.id)
-            self._dead_lettered = read_origin(held.queue.store, held.origin)
+            held, store = self._hold, self._hold.queue.store
+            found = read_origin(store, held.origin)
+            if found is None:
+                held.origin = find_records(store, self.id)
+                found = read_origin(store, held.origin)
+            self._dead_lettered = found
         assert self._dead_lettered is None or isinstance(self._dead_lettered, DeadLettered)
         return self._dead_lettered
 
