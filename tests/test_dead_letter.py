@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -26,10 +27,17 @@ import s3fs
 
 import vsqs
 from vsqs import _names as names
+from vsqs import _store_object
+from vsqs._dead_letter import MOVE_HOLD
 from vsqs._place import same_place
+from vsqs._registry import open_store
+from vsqs._store_object import ObjectStore
 
 from .conftest import FakeClock
 from .servers import Server
+from .test_crashes import Crash
+from .test_object_faults import Interleave
+from .test_object_protocol import die, on
 
 
 def dead_letter_one(source: vsqs.Queue, clock: FakeClock) -> str:
@@ -43,6 +51,22 @@ def dead_letter_one(source: vsqs.Queue, clock: FakeClock) -> str:
 
 def records(path: Path) -> list[str]:
     return sorted(n for n in os.listdir(path) if names.origin_id(n))
+
+
+def now(clock: FakeClock) -> datetime:
+    """The time a dead-lettering on ``clock`` records (whole ms)."""
+    return datetime.fromtimestamp(int(clock() * 1000) / 1000, UTC)
+
+
+def jobs_and_dlq(server: Server) -> tuple[ObjectStore, ObjectStore]:
+    """A queue ``jobs`` on ``server`` and its dead-letter queue ``jobs-dlq``."""
+    store = open_store(server.url("jobs"), server.storage_options)
+    assert isinstance(store, ObjectStore)
+    return store, store.sibling("jobs-dlq")
+
+
+#: ``jobs``: every message is dead-lettered at its second receive.
+JOBS = {"visibility_timeout": 1, "max_receives": 1, "dead_letter": "jobs-dlq"}
 
 
 # ------------------------------------------------------------------ redrive
@@ -205,9 +229,11 @@ def test_origin_records_go_with_their_messages_by_ack_purge_and_gc(
         for n, i in enumerate([first, second, third])
     }
     dlq_dir = tmp_path / "dlq"
-    assert records(dlq_dir) == [names.origin_name(i) for i in (first, second, third)]
-    # A record left by a crash, or written for a dead-lettering under way.
-    orphan = names.origin_name(names.IdGenerator().next_id(int(clock() * 1000)))
+    assert [names.origin_id(n) for n in records(dlq_dir)] == [first, second, third]
+    third_record = records(dlq_dir)[2]
+    # A record left by a crash, or written for a dead-lettering under way, as
+    # code that predates record ids named it.
+    orphan = f"{names.IdGenerator().next_id(int(clock() * 1000))}{names.ORIGIN_SUFFIX}"
     source = str(tmp_path / "q")
     (dlq_dir / orphan).write_bytes(vsqs.DeadLettered(source, 1, at[third]).to_json())
     with vsqs.Queue(dlq_dir, clock=clock) as dlq:
@@ -218,7 +244,7 @@ def test_origin_records_go_with_their_messages_by_ack_purge_and_gc(
         msg = dlq.receive()
         assert msg is not None and msg.id == second
         msg.delete()  # not read, but its receiver listed it: it goes too
-        assert records(dlq_dir) == sorted([names.origin_name(third), orphan])
+        assert records(dlq_dir) == sorted([third_record, orphan])
         assert dlq.gc() == []  # the orphan is young: a dead-lettering may be under way
         clock.advance(3601)  # older than the grace period
         assert dlq.gc() == [orphan]  # third's message is still there
@@ -226,11 +252,157 @@ def test_origin_records_go_with_their_messages_by_ack_purge_and_gc(
     assert records(dlq_dir) == []
 
 
+def test_a_record_named_as_before_record_ids_is_read_ranked_oldest_and_removed(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """``<id>.origin``, as code before record ids wrote it, is still a record:
+    shown, and acked with its message; a record with a record id is newer."""
+    with vsqs.Queue(tmp_path / "dlq", clock=clock) as dlq:
+        old, both = dlq.send_batch([b"old", b"both"])
+        before = vsqs.DeadLettered("/q", 1, now(clock))
+        for message_id in (old, both):
+            legacy = f"{message_id}{names.ORIGIN_SUFFIX}"
+            (tmp_path / "dlq" / legacy).write_bytes(before.to_json())
+        clock.advance(1)
+        after = vsqs.DeadLettered("/q", 2, now(clock))
+        record_id = names.IdGenerator().next_id(int(clock() * 1000))
+        newer = names.origin_name(both, record_id)
+        (tmp_path / "dlq" / newer).write_bytes(after.to_json())
+        assert [m.dead_lettered for m in dlq.peek()] == [before, after]
+        got = dlq.receive_batch(2)
+        assert [m.dead_lettered for m in got] == [before, after]
+        assert dlq.delete_batch(got).ok
+        assert records(tmp_path / "dlq") == []
+
+
+def test_a_received_dead_letter_whose_listed_record_is_gone_looks_for_its_own(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """On a local directory a moved message is published under its ready name
+    ``<id>`` every time: a receiver's listing may have shown an earlier copy
+    of it with that copy's record, which a redrive removed before a later
+    dead-lettering wrote a new one. The record read is the message's own."""
+    dlq_dir = tmp_path / "dlq"
+    with vsqs.Queue(dlq_dir, clock=clock) as dlq:
+        first, poison = dlq.send_batch([b"first", b"poison"])
+        earlier = dlq_dir / names.origin_name(poison, names.IdGenerator().next_id(0))
+        earlier.write_bytes(vsqs.DeadLettered("/q", 1, now(clock)).to_json())
+        got = dlq.receive()  # lists both messages and the record
+        assert got is not None and got.id == first
+        clock.advance(0.1)  # less than STALE_AFTER: the receiver does not list again
+        earlier.unlink()  # redriven; dead-lettered again with a record of its own
+        later = vsqs.DeadLettered("/q", 2, now(clock))
+        record_id = names.IdGenerator().next_id(int(clock() * 1000))
+        (dlq_dir / names.origin_name(poison, record_id)).write_bytes(later.to_json())
+        held = dlq.receive()
+        assert held is not None and held.id == poison and held.dead_lettered == later
+        held.delete()
+        assert records(dlq_dir) == []
+
+
+def test_a_redrives_late_record_delete_never_removes_a_later_dead_letterings_record(
+    memory_server: Server,
+) -> None:
+    """Issue 26, class 3: a redrive's DELETE of the record lands after the
+    redriven message was dead-lettered again. It used to delete the record
+    that dead-lettering wrote under the same name ``<id>.origin``, and the
+    dead letter showed ``dead_lettered=None``; each record's name now never
+    recurs."""
+    clock = FakeClock(float(int(time.time())))
+    store, dlq_store = jobs_and_dlq(memory_server)
+    with vsqs.Queue(store, clock=clock, **JOBS) as jobs:  # type: ignore[arg-type]
+        poison = dead_letter_one(jobs, clock)
+        again: list[datetime] = []
+
+        def dead_letter_again() -> None:
+            back = jobs.receive()
+            assert back is not None and back.id == poison
+            clock.advance(2)
+            assert jobs.receive() is None  # dead-lettered again, with a record of its own
+            again.append(now(clock))
+
+        late = ObjectStore(
+            Interleave(dlq_store.io, on("remove", names.ORIGIN_SUFFIX), dead_letter_again)
+        )
+        with vsqs.Queue(late, clock=clock) as dlq:
+            assert vsqs.redrive(dlq, jobs, max_messages=1) == 1
+        assert again, "the redrive deleted no record"
+    with vsqs.Queue(dlq_store, clock=clock) as dlq:
+        [dead] = dlq.peek()
+        assert dead.id == poison
+        assert dead.dead_lettered == vsqs.DeadLettered(store.url, 1, again[0])
+        held = dlq.receive()
+        assert held is not None and held.dead_lettered == dead.dead_lettered
+
+
+def test_purge_keeps_the_record_of_a_dead_letter_whose_delete_lost_a_race(
+    memory_server: Server,
+) -> None:
+    """Issue 26, class 3: a purge listed a held dead letter, whose holder
+    extended it before the purge's delete: the message survives the purge,
+    and so must its record (the purge deleted the records of every message
+    it listed)."""
+    clock = FakeClock(float(int(time.time())))
+    store, dlq_store = jobs_and_dlq(memory_server)
+    with vsqs.Queue(store, clock=clock, **JOBS) as jobs:  # type: ignore[arg-type]
+        poison = dead_letter_one(jobs, clock)
+        at = now(clock)
+    with vsqs.Queue(dlq_store, clock=clock) as holder:
+        held = holder.receive(visibility_timeout=60)
+        assert held is not None and held.id == poison and held.receipt is not None
+        racing = Interleave(dlq_store.io, on("create", held.receipt + "."), lambda: held.extend(60))
+        with vsqs.Queue(ObjectStore(racing), clock=clock) as dlq:
+            assert dlq.purge() == 0  # the message moved on under its holder
+        assert held.dead_lettered == vsqs.DeadLettered(store.url, 1, at)
+        held.delete()
+        assert [n for n in dlq_store.list() if n != names.CONFIG_NAME] == []  # the record went too
+
+
+def test_a_move_in_never_gives_a_second_copy_the_id_of_a_copy_being_moved(
+    memory_server: Server,
+) -> None:
+    """Issue 26, class 4. A redrive cut short after its publish leaves the
+    message in both queues; a consumer of the source holds the copy there.
+    A second redrive moves the other copy in while the consumer's extend is
+    between its marker and its copy. Its check for a copy already here
+    listed the id's names settled, which hide a name being moved: it
+    published a second copy under the same id, whose claim in the same ms as
+    the extend chose the same name, copied over it, and two consumers held
+    one receipt (one ack succeeded, the other was stale). A copy under way
+    counts as here now: the second copy gets a sibling id."""
+    clock = FakeClock(float(int(time.time())))
+    store, dlq_store = jobs_and_dlq(memory_server)
+    with (
+        vsqs.Queue(store, clock=clock, **JOBS) as jobs,  # type: ignore[arg-type]
+        vsqs.Queue(dlq_store, clock=clock) as dlq,
+    ):
+        poison = dlq.send(b"poison")
+        cut = Interleave(dlq_store.io, on("create", ".1.1" + _store_object.MOVED_SUFFIX), die)
+        with vsqs.Queue(ObjectStore(cut), clock=clock) as dying, pytest.raises(Crash):
+            vsqs.redrive(dying, jobs)  # dies at its ack in the dead-letter queue
+        held = jobs.receive(visibility_timeout=600)
+        assert held is not None and held.id == poison and held.receipt is not None
+        clock.advance(MOVE_HOLD + 1)  # the dead redrive's hold runs out
+
+        def redrive() -> None:
+            assert vsqs.redrive(dlq, jobs) == 1
+
+        heartbeat = ObjectStore(Interleave(store.io, on("copy", held.receipt), redrive))
+        with vsqs.Queue(heartbeat, clock=clock) as consumer:
+            extended = consumer.extend(held.receipt, 60)
+        other = jobs.receive(visibility_timeout=60)  # the same ms, the same visibility
+        assert other is not None and other.id[:19] == poison[:19] and other.body == b"poison"
+        assert other.receipt != extended.receipt, "two consumers hold one receipt"
+        assert jobs.delete_batch([extended.receipt, other.receipt]).ok  # each holds a copy
+
+
 def test_a_torn_or_foreign_origin_record_reads_as_none(tmp_path: Path, clock: FakeClock) -> None:
     with vsqs.Queue(tmp_path / "dlq", clock=clock) as dlq:
         sent = dlq.send_batch([b"a", b"b"])
-        (tmp_path / "dlq" / names.origin_name(sent[0])).write_bytes(b'{"source": "q", "rec')
-        with open(tmp_path / "dlq" / names.origin_name(sent[1]), "wb") as f:
+        record_id = names.IdGenerator().next_id(int(clock() * 1000))
+        torn = names.origin_name(sent[0], record_id)
+        (tmp_path / "dlq" / torn).write_bytes(b'{"source": "q", "rec')
+        with open(tmp_path / "dlq" / names.origin_name(sent[1], record_id), "wb") as f:
             f.truncate(1 << 30)  # not read whole
         assert [m.dead_lettered for m in dlq.peek()] == [None, None]
         got = dlq.receive_batch(2)

@@ -77,6 +77,19 @@ def test_a_message_never_has_the_same_name_twice(
         assert name is not None
 
 
+@given(millis, millis)
+def test_origin_record_names_round_trip_and_are_no_message_names(
+    message_ms: int, record_ms: int
+) -> None:
+    message_id = names.IdGenerator().next_id(message_ms)
+    record_id = names.IdGenerator().next_id(record_ms)
+    record = names.origin_name(message_id, record_id)
+    assert names.origin_record(record) == (message_id, record_id)
+    assert names.origin_record(message_id + names.ORIGIN_SUFFIX) == (message_id, "")  # as before
+    assert names.parse(record) is None and names.origin_id(message_id) is None
+    assert names.origin_record(f"{message_id}.{record_id}x{names.ORIGIN_SUFFIX}") is None
+
+
 def test_a_version_past_the_limit_is_refused() -> None:
     name = names.Name(names.ids.next_id(1), names.INVISIBLE, 5, 1, names.MAX_VERSION)
     with pytest.raises(vsqs.InvalidArgument, match="renamed more than"):

@@ -4,9 +4,13 @@ a record of where it came from, and :func:`redrive`, which moves them back.
 A move publishes the message in the target queue first and removes it at its
 source second, so a crash between the two leaves a copy in both (at least
 once), never in neither. A dead-lettering writes the message's origin record
-(``<id>.origin``, docs/format.md) before it publishes the message, so a
-dead letter never lacks one; a record whose message is gone is removed by
-``gc()``, by ``purge()`` and by a redrive of its message.
+(``<id>.<record id>.origin``, docs/format.md) before it publishes the
+message, so a dead letter never lacks one. Every dead-lettering writes a
+record of its own under a name that never recurs, and a record is only ever
+deleted by a name a listing (or a lookup) showed with its message, so no
+late or repeated delete can remove the record of a later dead-lettering. A
+record whose message is gone is removed by ``gc()``, by ``purge()``, and by
+the ack of its message (a redrive's too) when its receiver listed it.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import os
 from collections.abc import Callable
 from contextlib import ExitStack, suppress
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import _names as names
 from ._errors import (
@@ -28,7 +32,7 @@ from ._errors import (
     storage_errors,
 )
 from ._inspect import message_count
-from ._message import DeadLettered, Message, Progress, hold, read_origin
+from ._message import DeadLettered, Message, Progress, read_record
 from ._place import refuse_same
 from ._publish import publish
 from ._registry import check_location, location_key
@@ -45,38 +49,50 @@ MOVE_HOLD = 300.0
 MOVE_ATTEMPTS = 3
 
 
-def write_origin(store: Store, message_id: str, record: bytes) -> None:
-    """Write the origin record of ``message_id`` in ``store``, replacing one an
-    earlier move of it left (a crash, or a copy that was acknowledged here).
+class Origin(NamedTuple):
+    """An origin record to write: its record id (fresh, drawn for it alone) and its bytes."""
+
+    record_id: str
+    data: bytes
+
+
+def write_origin(store: Store, message_id: str, origin: Origin) -> None:
+    """Create the origin record of ``message_id`` in ``store``, under a name no
+    record ever had (``<id>.<record id>.origin``): records left by earlier
+    moves of the message stay, and readers take the newest.
 
     Not fsynced: after a power cut a dead letter may have lost its record,
-    never the reverse order. Where two movers race, either record stands.
+    never the reverse order. A create whose outcome is unknown burns its name
+    (it may land later: a second copy of the record, which is harmless); the
+    record is then written under a sibling record id.
     """
-    name = names.origin_name(message_id)
-    try:
-        store.write_new(name, record, fsync=False)
-    except FileExistsError:
-        with suppress(FileNotFoundError):
-            store.delete(name, known=True)
-        with suppress(FileExistsError):  # another mover's, written meanwhile
-            store.write_new(name, record, fsync=False)
+    record_id = origin.record_id
+    for _ in range(MOVE_ATTEMPTS):
+        try:
+            store.write_new(names.origin_name(message_id, record_id), origin.data, fsync=False)
+            return
+        except FileExistsError:
+            record_id = names.sibling_id(record_id)
+    raise StorageError(f"{message_id}: could not write its origin record in {store.url}")
 
 
-def drop_origin(store: Store, message_id: str) -> None:
-    """Delete the origin record of ``message_id``, whose message left ``store``
-    (acknowledged or redriven), at best: the outcome is the message's, so a
+def remove_records(store: Store, records: names.Records) -> None:
+    """Delete origin records by the names a listing showed, whose message left
+    ``store`` (acknowledged or redriven): they never recur, so a delete cannot
+    reach a record written since. At best: the outcome is the message's, so a
     record whose delete fails is left for :func:`collect_origins` (``gc()``)
     and logged, never raised."""
-    try:
-        store.delete(names.origin_name(message_id), known=True)
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        log.info("%s: the origin record of %s is left for gc(): %s", store.url, message_id, exc)
+    for name in records:
+        try:
+            store.delete(name, known=True)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.info("%s: the origin record %s is left for gc(): %s", store.url, name, exc)
 
 
 def move_in(
-    store: Store, durable: bool, moved: names.Name, body: bytes, origin: bytes | None = None
+    store: Store, durable: bool, moved: names.Name, body: bytes, origin: Origin | None = None
 ) -> bool:
     """Publish in ``store`` a message moved from another queue (where its name
     was ``moved``): visible, receive count 0. Under its id (a ready name), or
@@ -89,20 +105,22 @@ def move_in(
     An earlier move of it may have published it here already and been cut
     short before it removed the message at its source: if it is here and
     nobody received it yet (receive count 0), nothing is published (one
-    listing of the id's names). A copy here that was received is not
-    trusted: it may be on its way out (a dead-lettering crossing a redrive),
-    so the message is published again (at least once).
+    listing of the id's names, :meth:`~vsqs._store.Store.names_of`). A copy
+    here that was received is not trusted: it may be on its way out (a
+    dead-lettering crossing a redrive), so the message is published again
+    (at least once).
 
     A second copy of the message in one queue would share its id with the
     first (and, once both are claimed in the same ms, names): so a copy
-    published while another may exist (one was received here, or, where
-    names must not recur, a create's outcome was unknown and it may land
-    later) gets a :func:`~vsqs._names.sibling_id`, the same FIFO position
-    under an id of its own.
+    published while another may exist (one was received here, or is being
+    moved here by another client, or, where names must not recur, a
+    create's outcome was unknown and it may land later) gets a
+    :func:`~vsqs._names.sibling_id`, the same FIFO position under an id of
+    its own.
     """
     with storage_errors(f"moving {moved.id} into {store.url}"):
         received_here = False
-        for name in store.list(prefix=moved.id):
+        for name in store.names_of(moved.id):
             here = names.parse(name)
             if here is not None and here.state != names.NEW:
                 if not here.receive_count:
@@ -204,10 +222,11 @@ class DeadLetters:
         assert parsed is not None
         dlq = self.queue()
         assert dlq is not None
-        at = datetime.fromtimestamp(int(dlq.clock() * 1000) / 1000, UTC)
+        clock = names.MsClock(dlq.clock)
+        at = datetime.fromtimestamp(clock.now_ms() / 1000, UTC)
         # The claim that found it exhausted counted one receive nobody got.
         origin = DeadLettered(self._source.url, parsed.receive_count - 1, at)
-        move_in(dlq.store, dlq.durable, parsed, body, origin.to_json())
+        move_in(dlq.store, dlq.durable, parsed, body, Origin(clock.next_id(), origin.to_json()))
         with suppress(FileNotFoundError):
             self._source.delete(held, known=True)
         log.info("%s: message %s dead-lettered to %s", self._source.url, parsed.id, dlq.url)
@@ -232,7 +251,7 @@ def collect_origins(store: Store, now_ms: int, grace_ms: int) -> list[str]:
         candidates &= _orphan_origins(store)
     removed: list[str] = []
     for name in sorted(candidates):
-        record = read_origin(store, name[: names.ID_LEN])
+        record = read_record(store, name)
         if record is not None and now_ms - record.at.timestamp() * 1000 < grace_ms:
             continue
         with suppress(FileNotFoundError):
@@ -246,14 +265,14 @@ def collect_origins(store: Store, now_ms: int, grace_ms: int) -> list[str]:
 def _orphan_origins(store: Store) -> set[str]:
     """The origin records of one listing whose id has no name there."""
     ids: set[str] = set()
-    records: dict[str, str] = {}
+    records: dict[str, names.Records] = {}
     for name in store.list(settle=True):
         parsed = names.parse(name)
         if parsed is not None:
             ids.add(parsed.id)
-        elif (record_of := names.origin_id(name)) is not None:
-            records[record_of] = name
-    return {name for record_of, name in records.items() if record_of not in ids}
+        else:
+            names.note_origin(records, name)
+    return {name for record_of, of in records.items() if record_of not in ids for name in of}
 
 
 def _same_location(a: object, b: object) -> bool:
@@ -294,7 +313,8 @@ def _check_named(dlq: object, target: Queue, force: bool) -> None:
 
 def _move_back(message: Message, dlq: Queue, target: Queue) -> bool:
     """Move a message received from ``dlq`` into ``target``, then remove it
-    and its origin record from ``dlq``; whether it was still held there."""
+    from ``dlq``, with the origin records its receiver listed (the ack
+    removes them; others are left to ``gc()``); whether it was still held there."""
     held = names.parse(message.receipt or "")
     assert held is not None
     move_in(target.store, target.durable, held, message.body)
@@ -302,8 +322,6 @@ def _move_back(message: Message, dlq: Queue, target: Queue) -> bool:
         dlq.delete(message)
     except ReceiptExpired:
         return False
-    if not hold(message).origin:  # else the ack removed it: its receiver listed it
-        drop_origin(dlq.store, held.id)
     return True
 
 

@@ -84,17 +84,17 @@ def entries(store: Store, now_ms: int, *, settle: bool = False) -> Iterator[Entr
             yield entry
 
 
-def scan(store: Store, now_ms: int) -> tuple[list[Entry], set[str]]:
-    """The format's names of one listing, classified, and the ids that have an
-    origin record (``<id>.origin``) in it."""
+def scan(store: Store, now_ms: int) -> tuple[list[Entry], dict[str, names.Records]]:
+    """The format's names of one listing, classified, and the origin records
+    in it, by the id of their message."""
     found: list[Entry] = []
-    origins: set[str] = set()
+    origins: dict[str, names.Records] = {}
     for name in store.list():
         entry = classify(name, now_ms)
         if entry is not None:
             found.append(entry)
-        elif (message_id := names.origin_id(name)) is not None:
-            origins.add(message_id)
+        else:
+            names.note_origin(origins, name)
     return found, origins
 
 

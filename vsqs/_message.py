@@ -74,15 +74,38 @@ class DeadLettered:
         return cls(source, count, datetime.fromtimestamp(at_ms / 1000, UTC))
 
 
-def read_origin(store: Store, message_id: str) -> DeadLettered | None:
-    """The origin record of ``message_id`` in ``store`` (one read); ``None`` if it has none."""
-    with storage_errors(f"reading the origin of {message_id} in {store.url}"):
+def read_record(store: Store, name: str) -> DeadLettered | None:
+    """The origin record named ``name`` (one read); ``None`` if it is gone or is not one."""
+    with storage_errors(f"reading {name} in {store.url}"):
         try:
-            return DeadLettered.from_json(
-                store.read_limited(names.origin_name(message_id), ORIGIN_MAX)
-            )
-        except (FileNotFoundError, TooLarge):  # none, or not a record of ours
+            return DeadLettered.from_json(store.read_limited(name, ORIGIN_MAX))
+        except (FileNotFoundError, TooLarge):  # gone, or not a record of ours
             return None
+
+
+def find_records(store: Store, message_id: str) -> names.Records:
+    """The names of the origin records of ``message_id``, from one listing of its names."""
+    with storage_errors(f"looking for the origin of {message_id} in {store.url}"):
+        return tuple(n for n in store.list(prefix=message_id) if names.origin_id(n) == message_id)
+
+
+def read_origin(store: Store, records: names.Records) -> DeadLettered | None:
+    """The newest of a message's origin ``records`` that reads as one; ``None`` if none does.
+
+    Every dead-lettering writes a record of its own, so a message that was
+    dead-lettered, redriven and dead-lettered again may have two (a crash
+    left the first): the newest, by record id, is its last dead-lettering.
+    """
+    for name in sorted(records, key=_record_id, reverse=True):
+        record = read_record(store, name)
+        if record is not None:
+            return record
+    return None
+
+
+def _record_id(name: str) -> str:
+    record = names.origin_record(name)
+    return "" if record is None else record[1]
 
 
 #: ``Message.dead_lettered`` before its origin record was looked up.
@@ -94,9 +117,9 @@ class Hold:
 
     ``issued`` is the receipt vsqs gave (known valid, so it need not be checked
     again); ``lock`` serialises the holder's own changes of the receipt;
-    ``done`` is set once it was deleted or released; ``origin``: it has an
-    origin record, as a listing showed or a read found (an ack removes it
-    with the message).
+    ``done`` is set once it was deleted or released; ``origin``: the names of
+    its origin records, as a listing showed or a lookup found them (an ack
+    removes them with the message).
     """
 
     __slots__ = ("done", "issued", "lock", "origin", "queue")
@@ -106,7 +129,7 @@ class Hold:
         self.issued = issued
         self.lock = threading.Lock()
         self.done = False
-        self.origin = False
+        self.origin: names.Records = ()
 
 
 class Message:
@@ -127,14 +150,14 @@ class Message:
         receive_count: int,
         *,
         dead_lettered: object = _UNREAD,
-        origin_listed: bool = False,
+        origins: names.Records = (),
     ) -> None:
         self.id = message_id
         self.body = body
         self.receipt = receipt
         self.receive_count = receive_count
         self._hold = Hold(queue, receipt)
-        self._hold.origin = origin_listed
+        self._hold.origin = origins
         self._dead_lettered = dead_lettered
 
     @property
@@ -143,14 +166,21 @@ class Message:
         source queue, its receive count there and when; ``None`` otherwise.
 
         :meth:`Queue.peek` fills it in from its listing; for a received
-        message the origin record is read at the first access (one read,
-        while the message is in the queue). Acknowledging a message whose
-        record was read, or listed by its receiver, removes the record too
-        (else ``gc()`` does, once the message is gone).
+        message the origin record is read at the first access: one read of
+        the record its receiver's listing showed; if it showed none, or that
+        one is gone (on a local directory a ready name recurs: the listing
+        may have shown an earlier copy's), a listing of the message's names
+        first (on a local directory, of the directory). Acknowledging a
+        message whose record was found, or listed by its receiver, removes
+        the record too (else ``gc()`` does, once the message is gone).
         """
         if self._dead_lettered is _UNREAD:
-            self._dead_lettered = read_origin(self._hold.queue.store, self.id)
-            self._hold.origin |= self._dead_lettered is not None
+            held, store = self._hold, self._hold.queue.store
+            found = read_origin(store, held.origin)
+            if found is None:
+                held.origin = find_records(store, self.id)
+                found = read_origin(store, held.origin)
+            self._dead_lettered = found
         assert self._dead_lettered is None or isinstance(self._dead_lettered, DeadLettered)
         return self._dead_lettered
 

@@ -7,7 +7,9 @@ A message is one object whose name is its state (see ``docs/format.md``)::
                                       <count> times (0: a delayed send); visible
                                       again once expired
     <id>.new                          being written by a producer; invisible
-    <id>.origin                       where a dead-lettered <id> came from (not a message)
+    <id>.<record id>.origin           where a dead-lettered <id> came from (not a
+                                      message); <record id> is fresh per dead-lettering,
+                                      so the name never recurs (older records: <id>.origin)
 
     <id> = <ms:13 digits>-<seq:4 hex>-<nonce:16 hex>
 
@@ -36,8 +38,9 @@ from ._errors import InvalidArgument, InvalidQueueName, InvalidReceipt
 FORMAT_VERSION = 2
 CONFIG_NAME = "vsqs.json"
 NEW_SUFFIX = ".new"
-#: Suffix of a dead letter's origin record ``<id>.origin`` (docs/format.md,
-#: "Dead letters"): a name format-2 readers without it take for foreign.
+#: Suffix of a dead letter's origin record ``<id>.<record id>.origin`` (or
+#: ``<id>.origin``, as written before record ids; docs/format.md, "Dead
+#: letters"): a name format-2 readers without it take for foreign.
 ORIGIN_SUFFIX = ".origin"
 
 ID_LEN = 35  # 13 + 1 + 4 + 1 + 16
@@ -117,17 +120,42 @@ def new_name(message_id: str) -> str:
     return message_id + NEW_SUFFIX
 
 
-def origin_name(message_id: str) -> str:
-    """The name of the origin record of a dead letter ``message_id``."""
-    return message_id + ORIGIN_SUFFIX
+def origin_name(message_id: str, record_id: str) -> str:
+    """The name of the origin record ``record_id`` (a fresh id, drawn for this
+    record alone: the name never recurs) of a dead letter ``message_id``."""
+    return f"{message_id}.{record_id}{ORIGIN_SUFFIX}"
+
+
+def origin_record(name: str) -> tuple[str, str] | None:
+    """``(message id, record id)`` of an origin record's name, ``None`` for any
+    other name. A record named ``<id>.origin`` (written before record ids) has
+    the record id ``""``, older than any other."""
+    message_id = name[:ID_LEN]
+    if not (name.endswith(ORIGIN_SUFFIX) and is_id(message_id)):
+        return None
+    between = name[ID_LEN : -len(ORIGIN_SUFFIX)]
+    if not between:
+        return message_id, ""
+    if between[0] == "." and is_id(between[1:]):
+        return message_id, between[1:]
+    return None
 
 
 def origin_id(name: str) -> str | None:
     """The message id whose origin record ``name`` is, ``None`` for any other name."""
-    if len(name) == ID_LEN + len(ORIGIN_SUFFIX) and name.endswith(ORIGIN_SUFFIX):
-        message_id = name[:ID_LEN]
-        return message_id if is_id(message_id) else None
-    return None
+    record = origin_record(name)
+    return None if record is None else record[0]
+
+
+#: The names of one message's origin records.
+Records = tuple[str, ...]
+
+
+def note_origin(origins: dict[str, Records], name: str) -> None:
+    """Add ``name`` to ``origins`` (message id: its records) if it is an origin record's name."""
+    message_id = origin_id(name)
+    if message_id is not None:
+        origins[message_id] = (*origins.get(message_id, ()), name)
 
 
 def invisible_name(message_id: str, expiry_ms: int, count: int, version: int) -> str:

@@ -40,7 +40,7 @@ from ._config import (
     retry_seconds,
     seconds,
 )
-from ._dead_letter import DeadLetters, check_target, collect_origins, drop_origin
+from ._dead_letter import DeadLetters, check_target, collect_origins, remove_records
 from ._errors import (
     InvalidArgument,
     QueueNotFound,
@@ -375,8 +375,7 @@ class Queue:
             max_size=self.config.max_message_size,
         )
         return [
-            Message(self, c.id, c.body, c.name, c.receive_count, origin_listed=c.origin)
-            for c in claims
+            Message(self, c.id, c.body, c.name, c.receive_count, origins=c.origin) for c in claims
         ]
 
     # ----------------------------------------------------------- by receipt
@@ -474,8 +473,8 @@ class Queue:
             assert current is not None
             self._delete(current, known=issued)
             held.done = True
-            if held.origin:  # a dead letter with its origin record: it goes with it
-                drop_origin(self._store, message.id)
+            if held.origin:  # a dead letter with its origin records: they go with it
+                remove_records(self._store, held.origin)
 
     def _delete(self, receipt: str, *, known: bool) -> None:
         with storage_errors(lambda: f"deleting from {self.url}"):
@@ -551,7 +550,7 @@ class Queue:
                         "%s: peek passes over %s, too large: %s", self.url, name, exc.strerror
                     )
                     continue
-                origin = read_origin(store, parsed.id) if parsed.id in origins else None
+                origin = read_origin(store, origins.get(parsed.id, ()))
                 out.append(
                     Message(self, parsed.id, body, None, parsed.receive_count, dead_lettered=origin)
                 )
@@ -597,11 +596,11 @@ class Queue:
                 with suppress(FileNotFoundError):
                     self._store.delete(entry.name, known=True)
                     removed += 1
+                    # Its message is gone: so are the records listed with it
+                    # (not those of a message whose delete lost a race: it lives on).
+                    remove_records(self._store, origins.pop(entry.parsed.id, ()))
                 if progress is not None:
                     progress(done, len(doomed))
-            for message_id in origins.intersection(e.parsed.id for e in doomed):
-                with suppress(FileNotFoundError):  # their messages are gone: so are they
-                    self._store.delete(names.origin_name(message_id), known=True)
             self._store.flush()
         log.info("%s: purged %d messages", self.url, removed)
         return removed

@@ -80,8 +80,8 @@ class Listing:
     pending: dict[str, int]
     stale_new: list[str]
     count: int
-    #: Ids with an origin record (dead letters; docs/format.md).
-    origins: set[str]
+    #: Ids with origin records (dead letters; docs/format.md): their names.
+    origins: dict[str, names.Records]
 
 
 class Candidates:
@@ -95,7 +95,7 @@ class Candidates:
     they are due, without a listing. ``fed``: the store's arrival feed has
     reported every name that appeared since the last listing, so the
     candidates are the whole queue without listing again. ``origins``: ids
-    the last listing showed an origin record of.
+    the last listing showed origin records of, with their names.
     """
 
     __slots__ = (
@@ -133,7 +133,7 @@ class Candidates:
         self.skipped: list[str] = []  # fed: names skipped after lost races, to retry
         self.gone: set[str] = set()  # fed: ready names the feed saw leave
         self.since_feed = 0  # claims since the feed was last read
-        self.origins: set[str] = set()
+        self.origins: dict[str, names.Records] = {}
 
     @property
     def listed(self) -> bool:
@@ -317,14 +317,14 @@ Exhausted = Callable[[str, bytes], None]
 
 class Claim(NamedTuple):
     """A message this client now holds: its id, held name, receive count and
-    body, and whether the last listing showed an origin record of it."""
+    body, and the origin records the last listing showed of it."""
 
     id: str
     name: str
     receive_count: int
     expiry_ms: int
     body: bytes
-    origin: bool = False
+    origin: names.Records = ()
 
 
 class Plan(NamedTuple):
@@ -672,7 +672,7 @@ class Receiver:
             except (OSError, VsqsError) as exc:
                 failure = failure or exc
                 continue
-            origin = plan.id in origins
+            origin = origins.get(plan.id, ())
             out.append(Claim(plan.id, plan.held, plan.receive_count, plan.expiry_ms, body, origin))
         if unread:
             later.extend(self._give_back(unread))
@@ -770,7 +770,7 @@ class Receiver:
         young: list[str] = []
         stale_new: list[str] = []
         pending: dict[str, int] = {}
-        origins: set[str] = set()
+        origins: dict[str, names.Records] = {}
         listed = 0
         head = HEAD_NAMES if store.lists_in_order else math.inf
         for name in store.list():
@@ -788,8 +788,8 @@ class Receiver:
                     visible.append(name)
                 else:
                     pending[name] = parsed.expiry_ms
-            elif (record_of := names.origin_id(name)) is not None:
-                origins.add(record_of)
+            else:
+                names.note_origin(origins, name)
             if len(visible) + len(young) >= head:
                 break  # in key order: the rest of the backlog is newer
         visible.sort()

@@ -58,9 +58,9 @@ class Store(ABC):
 
     * **Names.** Every name passed in is a single component chosen by vsqs: a
       name of the grammar of :mod:`vsqs._names` (``<id>``, ``<id>.new``,
-      in-flight names) or the config object, never a path. Backends may rely
-      on the grammar (object stores key markers by name); untrusted input is
-      validated before it reaches a store.
+      in-flight names), an origin record's name or the config object, never
+      a path. Backends may rely on the grammar (object stores key markers by
+      name); untrusted input is validated before it reaches a store.
     * **Errors.** Methods raise the builtin ``FileNotFoundError`` (the name is
       absent: ``read``, ``rename``'s source, ``delete``), ``FileExistsError``,
       ``PermissionError`` or another ``OSError``; never a client library's own
@@ -144,6 +144,19 @@ class Store(ABC):
         object stores, a move under way) is listed under the name it leaves,
         so that every message is counted.
         """
+
+    def names_of(self, message_id: str) -> Iterable[str]:
+        """The names that start with ``message_id``, as a move into this queue
+        must see them to tell whether a copy of the message is here: every
+        name that is or will be a live name of it, including one another
+        client is moving right now (listed under the name it leaves); a name
+        whose delete was committed is no copy and may be left out.
+
+        This default is :meth:`list` with that prefix: stores whose renames
+        are atomic have no move under way to show (though a directory
+        listing may miss a name renamed while it runs, docs/format.md).
+        """
+        return self.list(prefix=message_id)
 
     @abstractmethod
     def read(self, name: str) -> bytes:

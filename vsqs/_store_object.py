@@ -397,6 +397,21 @@ class ObjectStore(Store):
             group.append((name, modified))
         yield from _unsent(self._settle(group, settle), floors)
 
+    def names_of(self, message_id: str) -> Names:
+        """The id's names with every move under way shown under the name it
+        leaves, as ``list(settle=True)`` shows them, but without a name being
+        deleted: a marked source is a copy unless its marker is a delete's
+        (one ``GET`` per marked source). A move that lists the name of a copy
+        being moved never takes the copy for gone (docs/protocol.md, "Moves
+        between queues")."""
+        group = list(self.io.listing(message_id))
+        marked = _marked_sources(group)
+        return [
+            name
+            for name in self._settle(group, True)
+            if name not in marked or self._marker_target(name + MOVED_SUFFIX, name) != ""
+        ]
+
     def _settle(self, group: Group, settle: bool) -> Names:
         """The shown names of one id's objects (all of its keys are adjacent).
 
