@@ -215,8 +215,14 @@ def _sending_floor(name: str) -> str | None:
 
 
 def _unsent(shown: Names, floors: dict[str, str]) -> Names:
-    """The names that no batch marker of their sender (``floors``: nonce to
-    floor id) hides."""
+    """The names that no batch marker of their sender hides.
+
+    ``floors`` maps a sender's nonce to the *lowest* floor of its batch
+    markers in the listing: the batches one client sends at once (threads of
+    one :class:`vsqs.Queue`) each have a marker, and each draws its ids above
+    its own floor, so an id is hidden if it is above any of its sender's
+    floors, which is exactly when it is above the lowest.
+    """
     if not floors:
         return shown
     kept = []
@@ -338,14 +344,14 @@ class ObjectStore(Store):
             self._send_deletions()
         group: Group = []
         group_id = ""
-        floors: dict[str, str] = {}  # nonce -> floor id of a batch being sent
+        floors: dict[str, str] = {}  # nonce -> lowest floor id of its batches being sent
         for name, modified in self.io.listing(prefix):
             floor = _sending_floor(name)
             if floor is not None or name.startswith(PROBE_PREFIX):
                 if self._older(modified, FINISH_AFTER):  # its client was killed
                     self._spend(name, repaired=True)
-                elif floor is not None and not settle:
-                    floors[floor[-names.NONCE_LEN :]] = floor
+                elif floor is not None and not settle:  # keys ascend: the first is the lowest
+                    floors.setdefault(floor[-names.NONCE_LEN :], floor)
                 continue
             if name[: names.ID_LEN] != group_id:
                 yield from _unsent(self._settle(group, settle), floors)
