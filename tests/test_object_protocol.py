@@ -567,6 +567,71 @@ def test_class_9_stats_and_purge_see_a_message_whose_claimer_died_after_its_mark
         assert raw_names(store) == [names.CONFIG_NAME]
 
 
+def abandon_a_claim(store: ObjectStore, source: str, *, copied: bool) -> str:
+    """What a claimer of ``source`` that died after its marker (or after its
+    copy too) leaves; return the target it chose."""
+    target = names.invisible_name(source, 4_000_000_000_000, 1, 1)
+    store.io.create(source + MOVED_SUFFIX, f"{target}\ndead-client".encode())
+    if copied:
+        store.io.copy(source, target)
+    return target
+
+
+def counted(stats: vsqs.QueueStats) -> int:
+    return stats.ready + stats.in_flight + stats.delayed
+
+
+@pytest.mark.parametrize("copied", [False, True], ids=["marker", "marker-and-copy"])
+def test_class_9_stats_counts_an_abandoned_move_once_and_changes_nothing(
+    memory_server: Server, copied: bool
+) -> None:
+    """``stats()`` is a pure listing: a move abandoned after its marker (and
+    its copy), old enough to be finished, counts once, in the queue and in its
+    dead-letter queue, and stays as it was; ``gc()`` finishes it."""
+    clock = FakeClock(time.time())  # the memory filesystem stamps objects by the real clock
+    store = object_store(memory_server, clock=clock)
+    dlq = store.sibling("dlq")
+    with (
+        vsqs.Queue(dlq, clock=clock) as dead,
+        vsqs.Queue(store, clock=clock, max_receives=3, dead_letter="dlq") as q,
+    ):
+        targets = [
+            abandon_a_claim(s, sender.send(b"x"), copied=copied)
+            for s, sender in ((store, q), (dlq, dead))
+        ]
+        clock.advance(_store_object.FINISH_AFTER + 1)  # the moves may be finished now
+        before = raw_names(store), raw_names(dlq)
+        stats = q.stats()
+        assert (counted(stats), stats.dead_letter) == (1, 1), stats
+        assert (raw_names(store), raw_names(dlq)) == before
+        q.gc()
+        dead.gc()
+        assert raw_names(store) == [targets[0], names.CONFIG_NAME]
+        assert raw_names(dlq) == [targets[1], names.CONFIG_NAME]
+        stats = q.stats()
+        assert (stats.in_flight, counted(stats), stats.dead_letter) == (1, 1, 1), stats
+
+
+def test_stats_counts_once_a_move_that_finishes_while_it_lists(memory_server: Server) -> None:
+    """The listing shows the source, its marker and its target; the move
+    finishes (source deleted, marker collected) before the marker is read:
+    the message counts once, under its target."""
+    store = object_store(memory_server)
+    with vsqs.Queue(store) as q:
+        source = q.send(b"x")
+    marker = source + MOVED_SUFFIX
+    target = abandon_a_claim(store, source, copied=True)
+
+    def finish() -> None:
+        assert store.io.remove([source]) == []
+        assert store.io.remove([marker]) == []
+
+    with vsqs.Queue(ObjectStore(Interleave(store.io, on("get", marker), finish))) as counter:
+        stats = counter.stats()
+    assert (stats.in_flight, counted(stats)) == (1, 1), stats
+    assert raw_names(store) == [target, names.CONFIG_NAME]
+
+
 # ------------------------------------------------------------ named windows
 def test_a_late_claimer_wins_nothing_and_leaves_nothing(memory_server: Server) -> None:
     """Window "late claim": a client whose marker is created after another

@@ -336,9 +336,11 @@ class ObjectStore(Store):
     def list(self, *, prefix: str = "", settle: bool = False) -> Iterator[str]:
         """Names of messages, in key order, without hidden sources and markers.
 
-        Finishes moves whose client went away and collects leftovers; with
-        ``settle``, a message whose move is under way is listed under the name
-        it leaves. See :meth:`_settle`.
+        Finishes moves whose client went away and collects leftovers. With
+        ``settle`` (for counting), every message is listed once, under the
+        name it leaves if a move of it is under way or abandoned, and the
+        listing repairs nothing: it only reads (and sends this client's own
+        held-back deletions); ``gc()`` and receivers repair. See :meth:`_settle`.
         """
         if self._pending():
             self._send_deletions()
@@ -348,9 +350,11 @@ class ObjectStore(Store):
         for name, modified in self.io.listing(prefix):
             floor = _sending_floor(name)
             if floor is not None or name.startswith(PROBE_PREFIX):
+                if settle:  # counts every name, collects nothing
+                    continue
                 if self._older(modified, FINISH_AFTER):  # its client was killed
                     self._spend(name, repaired=True)
-                elif floor is not None and not settle:  # keys ascend: the first is the lowest
+                elif floor is not None:  # keys ascend: the first is the lowest
                     floors.setdefault(floor[-names.NONCE_LEN :], floor)
                 continue
             if name[: names.ID_LEN] != group_id:
@@ -366,10 +370,13 @@ class ObjectStore(Store):
           source exists;
         * a marked source whose marker is older than ``FINISH_AFTER`` is
           finished: copied to its target unless listed, then deleted; its
-          target is shown from then on. With ``settle``, a source still under
-          way is shown (for counting, not for claiming);
+          target is shown from then on;
         * a marker whose source is not listed is spent: once older than
           ``FINISH_AFTER`` and its source confirmed gone, it is collected.
+
+        With ``settle`` (for counting, not for claiming) nothing is finished
+        or collected, and a marked source is shown instead of its target, so
+        a message counts once whatever step its move is at.
         """
         present = {n for n, _ in group}
         marked = _marked_sources(group)
@@ -378,33 +385,36 @@ class ObjectStore(Store):
         hidden = set(marked) | {source + MOVED_SUFFIX for source in marked}
         others = [n for n in present if n not in hidden and names.parse(n) is not None]
         finished: Names = []
+        gone: set[str] = set()
         for source, modified in marked.items():
             marker = source + MOVED_SUFFIX
+            repair = not settle and self._older(modified, FINISH_AFTER)
             if source not in present:
-                if self._older(modified, FINISH_AFTER):
+                if repair:
                     self._collect_spent(source, marker)
                 continue
-            old = self._older(modified, FINISH_AFTER)
-            if not (old or others):
+            if not (repair or others):
                 continue  # nothing to hide besides the source: no need to read the marker
-            target = self._marker_target(marker, source)
+            try:
+                target = self._marker_target(marker, source)
+            except FileNotFoundError:  # spent since the listing: its source is gone
+                gone.add(source)
+                continue
             if target is None:
                 continue
             hidden.add(target)
-            if old and self._finish(source, target, copied=target in present) and target:
+            if repair and self._finish(source, target, copied=target in present) and target:
                 finished.append(target)
-        if settle:  # moves under way count under the name they leave
-            hidden -= {source for source in marked if source in present}
+        if settle:  # moves under way or abandoned count under the name they leave
+            hidden -= {source for source in marked if source in present and source not in gone}
         shown = [n for n, _ in group if n not in hidden]
         return sorted(shown + finished) if finished else shown
 
     def _marker_target(self, marker: str, source: str) -> str | None:
         """The target a marker names: a message name of the source's id, or ``''``
-        for a delete. ``None`` if the marker is gone or is not one of ours."""
-        try:
-            target = self.io.get(marker).decode("utf-8", "replace").partition("\n")[0]
-        except FileNotFoundError:
-            return None
+        for a delete; ``None`` if the marker is not one of ours.
+        ``FileNotFoundError`` if it is gone (spent: its source is gone)."""
+        target = self.io.get(marker).decode("utf-8", "replace").partition("\n")[0]
         if target == "" or (
             names.parse(target) and target[: names.ID_LEN] == source[: names.ID_LEN]
         ):
