@@ -26,6 +26,8 @@ import pytest
 import vsqs
 from vsqs import _names as names
 from vsqs import _store_object
+from vsqs._inspect import RESTAMP_AFTER
+from vsqs._publish import commit, stage, unstage
 from vsqs._registry import open_store
 from vsqs._store_object import BATCH, MOVED_SUFFIX, ObjectStore
 
@@ -630,6 +632,70 @@ def test_stats_counts_once_a_move_that_finishes_while_it_lists(memory_server: Se
         stats = counter.stats()
     assert (stats.in_flight, counted(stats)) == (1, 1), stats
     assert raw_names(store) == [target, names.CONFIG_NAME]
+
+
+# ------------------------------------------------------------ restamped commits
+ROWS = [b"row %d" % i for i in range(3)]
+
+
+def commit_restamped(
+    server: Server, mode: str, fault_at: int | None
+) -> tuple[ObjectStore, FakeClock, list[str], FaultyIO, BaseException | None]:
+    """Stage :data:`ROWS`, let :data:`RESTAMP_AFTER` pass and commit them (a
+    Spark job's commit) through a client whose ``fault_at``-th request fails
+    as ``mode`` says; its requests go one at a time, so the k-th is the same
+    request in every run."""
+    clock = FakeClock(time.time())  # the memory filesystem stamps objects by the real clock
+    store = object_store(server, clock=clock)
+    with vsqs.Queue(store, clock=clock):
+        pass
+    ms_clock = names.MsClock(clock)
+    staged = [stage(store, row, ms_clock.next_id) for row in ROWS]
+    clock.advance(RESTAMP_AFTER + 1)
+    faulty = FaultyIO(store.io, mode, fault_at)
+    faulty.in_flight = 1
+    committer = ObjectStore(faulty, clock=clock)
+    try:
+        commit(committer, staged, None, durable=True, clock=ms_clock)
+        committer.close()  # sends its deletions, as the Spark writer's commit does
+    except (Crash, OSError) as exc:
+        return store, clock, staged, faulty, exc
+    return store, clock, staged, faulty, None
+
+
+@pytest.mark.parametrize("mode", ["crash", "lost"])
+def test_a_restamped_commit_cut_short_anywhere_publishes_each_row_once_or_never_and_leaves_nothing(
+    memory_server: Server, mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A ``.new`` staged more than RESTAMP_AFTER before its commit is published
+    under a fresh id. Its commit dies (or loses a response) at each of its
+    requests in turn; then the abort removes the staging (Spark calls it when
+    a commit raises) and ``gc()`` repairs: each row is published once or not
+    at all, nothing else is left, and listings warn about nothing (a move of
+    a ``.new`` to another id was a marker no lister accepts: left for ever)."""
+    caplog.set_level(logging.WARNING, logger="vsqs")
+    *_, faulty, error = commit_restamped(memory_server, mode, None)
+    assert error is None
+    for fault_at in range(1, faulty.calls[0] + 1):
+        store, clock, staged, _, error = commit_restamped(memory_server, mode, fault_at)
+        assert error is not None or mode == "lost", f"request {fault_at} did not fail"
+        unstage(store, staged)  # the abort
+        clock.advance(_store_object.FINISH_AFTER + 1)
+        with vsqs.Queue(store, clock=clock) as q:
+            q.gc()
+        published = [n for n in store.list() if names.parse(n)]
+        assert raw_names(store) == sorted([*published, names.CONFIG_NAME]), fault_at
+        assert not [n for n in published if n.endswith(names.NEW_SUFFIX)], fault_at
+        rows = Counter(store.read(n) for n in published)
+        assert set(rows) <= set(ROWS) and max(rows.values(), default=1) == 1, (fault_at, rows)
+        assert not any("not a marker" in r.getMessage() for r in caplog.records), fault_at
+        caplog.clear()
+        assert [n for n in store.list() if names.parse(n)] == published, fault_at
+        assert not caplog.records, fault_at
+    store, *_ = commit_restamped(memory_server, mode, None)
+    published = [n for n in store.list() if names.parse(n)]
+    assert [store.read(n) for n in published] == ROWS  # once each, in batch order
+    assert raw_names(store) == sorted([*published, names.CONFIG_NAME])
 
 
 # ------------------------------------------------------------ named windows
