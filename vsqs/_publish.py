@@ -106,8 +106,8 @@ def commit(
     every id staged after it, which keeps the batch in order): a tail of the
     queue waits for a ``.new`` only :data:`STAGING_HOLD`, and must never find
     a message land behind the place it has passed. Where creates are atomic
-    (object stores) such a message is created anew (:func:`restamp`), never
-    moved across ids; elsewhere it is renamed.
+    (object stores, non-durable local writes) such a message is created anew
+    (:func:`restamp`), never moved across ids; elsewhere it is renamed.
 
     ``published(staged_id, final_name)`` is called for each id published, in
     order. If one fails, the first error is raised once the others were
