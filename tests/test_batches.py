@@ -15,11 +15,12 @@ import pytest
 
 import vsqs
 from vsqs import _names as names
-from vsqs.stores import FsspecObjects, ObjectStore
+from vsqs.stores import FsspecObjects, ObjectIO, ObjectStore
 from vsqs.testing import FakeClock
 
 from ._fault_proxy import FaultProxy, Gate
 from .servers import Server, proxied
+from .test_object_faults import FaultyIO
 
 Match = Callable[[str, str, dict[str, str]], bool]
 
@@ -201,6 +202,76 @@ def test_a_killed_senders_marker_stops_hiding_and_is_collected() -> None:
         msg = q.receive()
         assert msg is not None and msg.id == sent
         assert marker in store.take_repairs()
+
+
+class HeldCreates(FaultyIO):
+    """Holds every create of a message name until the test releases it by name."""
+
+    def __init__(self, inner: ObjectIO) -> None:
+        super().__init__(inner, "crash", None)
+        self.arrived: dict[str, threading.Event] = {}  # name -> its release
+        self.landed: dict[str, threading.Event] = {}
+        self.changed = threading.Condition()
+
+    def create(self, name: str, data: bytes) -> None:
+        if names.parse(name) is None:  # a marker, the config, a probe
+            return super().create(name, data)
+        release, landed = threading.Event(), threading.Event()
+        with self.changed:
+            self.arrived[name], self.landed[name] = release, landed
+            self.changed.notify_all()
+        assert release.wait(PATIENCE)
+        super().create(name, data)
+        landed.set()
+
+    def wait_for(self, count: int) -> list[str]:
+        """The names of the first ``count`` creates, once they all arrived, sorted."""
+        with self.changed:
+            assert self.changed.wait_for(lambda: len(self.arrived) >= count, PATIENCE)
+            return sorted(self.arrived)[:count]
+
+
+def test_two_batches_of_one_queue_at_once_are_each_shown_whole() -> None:
+    """Two threads of one Queue send a batch each: while the first batch's
+    first create is held and the rest of it landed, the second batch's marker
+    (a higher floor of the same nonce) is listed too; no listing shows any of
+    the first batch before its first message exists."""
+    clock = FakeClock(time.time())  # the memory filesystem stamps objects by the real clock
+    root = f"/vsqs-batches/{time.time_ns()}/q"
+    inner = FsspecObjects(fsspec.filesystem("memory"), root, f"memory://{root}", bucketed=False)
+    held = HeldCreates(inner)
+    with (
+        vsqs.Queue(ObjectStore(held, clock=clock), clock=clock) as producer,
+        vsqs.Queue(ObjectStore(inner.sibling("q"), clock=clock), clock=clock) as consumer,
+    ):
+        first_ids: list[str] = []
+        second_ids: list[str] = []
+        first = threading.Thread(
+            target=lambda: first_ids.extend(producer.send_batch([b"a%d" % i for i in range(5)]))
+        )
+        second = threading.Thread(
+            target=lambda: second_ids.extend(producer.send_batch([b"b%d" % i for i in range(5)]))
+        )
+        first.start()
+        try:
+            batch = held.wait_for(5)
+            for name in batch[1:]:  # all but the first land
+                held.arrived[name].set()
+                assert held.landed[name].wait(PATIENCE)
+            second.start()  # its floor is above every id of the first batch
+            held.wait_for(10)
+            assert [n for n in consumer.store.list() if names.is_id(n)] == []
+            assert consumer.receive_batch(10) == []
+        finally:
+            for release in list(held.arrived.values()):
+                release.set()
+            first.join(PATIENCE)
+            second.join(PATIENCE)
+        clock.advance(1)  # no name is young any more
+        got = consumer.receive_batch(10)
+        assert [m.id for m in got] == first_ids + second_ids
+        bodies = [b"a%d" % i for i in range(5)] + [b"b%d" % i for i in range(5)]
+        assert [m.body for m in got] == bodies
 
 
 # ---------------------------------------------------------------- fan_out

@@ -26,6 +26,8 @@ import pytest
 import vsqs
 from vsqs import _names as names
 from vsqs import _store_object
+from vsqs._inspect import RESTAMP_AFTER
+from vsqs._publish import commit, stage, unstage
 from vsqs._registry import open_store
 from vsqs._store_object import BATCH, MOVED_SUFFIX, ObjectStore
 
@@ -696,6 +698,138 @@ def test_class_9_stats_and_purge_see_a_message_whose_claimer_died_after_its_mark
         clock.advance(_store_object.FINISH_AFTER + 1)  # the crashed move may now be finished
         assert q.purge() == 2
         assert raw_names(store) == [names.CONFIG_NAME]
+
+
+def abandon_a_claim(store: ObjectStore, source: str, *, copied: bool) -> str:
+    """What a claimer of ``source`` that died after its marker (or after its
+    copy too) leaves; return the target it chose."""
+    target = names.invisible_name(source, 4_000_000_000_000, 1, 1)
+    store.io.create(source + MOVED_SUFFIX, f"{target}\ndead-client".encode())
+    if copied:
+        store.io.copy(source, target)
+    return target
+
+
+def counted(stats: vsqs.QueueStats) -> int:
+    return stats.ready + stats.in_flight + stats.delayed
+
+
+@pytest.mark.parametrize("copied", [False, True], ids=["marker", "marker-and-copy"])
+def test_class_9_stats_counts_an_abandoned_move_once_and_changes_nothing(
+    memory_server: Server, copied: bool
+) -> None:
+    """``stats()`` is a pure listing: a move abandoned after its marker (and
+    its copy), old enough to be finished, counts once, in the queue and in its
+    dead-letter queue, and stays as it was; ``gc()`` finishes it."""
+    clock = FakeClock(time.time())  # the memory filesystem stamps objects by the real clock
+    store = object_store(memory_server, clock=clock)
+    dlq = store.sibling("dlq")
+    with (
+        vsqs.Queue(dlq, clock=clock) as dead,
+        vsqs.Queue(store, clock=clock, max_receives=3, dead_letter="dlq") as q,
+    ):
+        targets = [
+            abandon_a_claim(s, sender.send(b"x"), copied=copied)
+            for s, sender in ((store, q), (dlq, dead))
+        ]
+        for seen in (store, dlq):  # memory:// tells no Date: ages count from a listing
+            list(seen.list(settle=True))
+        clock.advance(_store_object.FINISH_AFTER + 1)  # the moves may be finished now
+        before = raw_names(store), raw_names(dlq)
+        stats = q.stats()
+        assert (counted(stats), stats.dead_letter) == (1, 1), stats
+        assert (raw_names(store), raw_names(dlq)) == before
+        q.gc()
+        dead.gc()
+        assert raw_names(store) == [targets[0], names.CONFIG_NAME]
+        assert raw_names(dlq) == [targets[1], names.CONFIG_NAME]
+        stats = q.stats()
+        assert (stats.in_flight, counted(stats), stats.dead_letter) == (1, 1, 1), stats
+
+
+def test_stats_counts_once_a_move_that_finishes_while_it_lists(memory_server: Server) -> None:
+    """The listing shows the source, its marker and its target; the move
+    finishes (source deleted, marker collected) before the marker is read:
+    the message counts once, under its target."""
+    store = object_store(memory_server)
+    with vsqs.Queue(store) as q:
+        source = q.send(b"x")
+    marker = source + MOVED_SUFFIX
+    target = abandon_a_claim(store, source, copied=True)
+
+    def finish() -> None:
+        assert store.io.remove([source]) == []
+        assert store.io.remove([marker]) == []
+
+    with vsqs.Queue(ObjectStore(Interleave(store.io, on("get", marker), finish))) as counter:
+        stats = counter.stats()
+    assert (stats.in_flight, counted(stats)) == (1, 1), stats
+    assert raw_names(store) == [target, names.CONFIG_NAME]
+
+
+# ------------------------------------------------------------ restamped commits
+ROWS = [b"row %d" % i for i in range(3)]
+
+
+def commit_restamped(
+    server: Server, mode: str, fault_at: int | None
+) -> tuple[ObjectStore, FakeClock, list[str], FaultyIO, BaseException | None]:
+    """Stage :data:`ROWS`, let :data:`RESTAMP_AFTER` pass and commit them (a
+    Spark job's commit) through a client whose ``fault_at``-th request fails
+    as ``mode`` says; its requests go one at a time, so the k-th is the same
+    request in every run."""
+    clock = FakeClock(time.time())  # the memory filesystem stamps objects by the real clock
+    store = object_store(server, clock=clock)
+    with vsqs.Queue(store, clock=clock):
+        pass
+    ms_clock = names.MsClock(clock)
+    staged = [stage(store, row, ms_clock.next_id) for row in ROWS]
+    clock.advance(RESTAMP_AFTER + 1)
+    faulty = FaultyIO(store.io, mode, fault_at)
+    faulty.in_flight = 1
+    committer = ObjectStore(faulty, clock=clock)
+    try:
+        commit(committer, staged, None, durable=True, clock=ms_clock)
+        committer.close()  # sends its deletions, as the Spark writer's commit does
+    except (Crash, OSError) as exc:
+        return store, clock, staged, faulty, exc
+    return store, clock, staged, faulty, None
+
+
+@pytest.mark.parametrize("mode", ["crash", "lost"])
+def test_a_restamped_commit_cut_short_anywhere_publishes_each_row_once_or_never_and_leaves_nothing(
+    memory_server: Server, mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A ``.new`` staged more than RESTAMP_AFTER before its commit is published
+    under a fresh id. Its commit dies (or loses a response) at each of its
+    requests in turn; then the abort removes the staging (Spark calls it when
+    a commit raises) and ``gc()`` repairs: each row is published once or not
+    at all, nothing else is left, and listings warn about nothing (a move of
+    a ``.new`` to another id was a marker no lister accepts: left for ever)."""
+    caplog.set_level(logging.WARNING, logger="vsqs")
+    *_, faulty, error = commit_restamped(memory_server, mode, None)
+    assert error is None
+    for fault_at in range(1, faulty.calls[0] + 1):
+        store, clock, staged, _, error = commit_restamped(memory_server, mode, fault_at)
+        assert error is not None or mode == "lost", f"request {fault_at} did not fail"
+        unstage(store, staged)  # the abort
+        list(store.list(settle=True))  # memory:// tells no Date: ages count from a listing
+        clock.advance(_store_object.FINISH_AFTER + 1)
+        with vsqs.Queue(store, clock=clock) as q:
+            q.gc()
+        published = [n for n in store.list() if names.parse(n)]
+        assert raw_names(store) == sorted([*published, names.CONFIG_NAME]), fault_at
+        assert not [n for n in published if n.endswith(names.NEW_SUFFIX)], fault_at
+        rows = Counter(store.read(n) for n in published)
+        assert set(rows) <= set(ROWS) and max(rows.values(), default=1) == 1, (fault_at, rows)
+        assert not any("not a marker" in r.getMessage() for r in caplog.records), fault_at
+        caplog.clear()
+        assert [n for n in store.list() if names.parse(n)] == published, fault_at
+        assert not caplog.records, fault_at
+    store, *_ = commit_restamped(memory_server, mode, None)
+    published = [n for n in store.list() if names.parse(n)]
+    assert [store.read(n) for n in published] == ROWS  # once each, in batch order
+    assert raw_names(store) == sorted([*published, names.CONFIG_NAME])
 
 
 # ------------------------------------------------------------ named windows

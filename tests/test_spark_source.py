@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,8 @@ import pytest
 
 import vsqs
 from vsqs import _names as names
+from vsqs import _publish, _store_object
+from vsqs._store_object import ObjectStore
 
 pyspark = pytest.importorskip("pyspark", reason="the spark extra is part of .[test]")
 
@@ -34,7 +37,7 @@ from pyspark.sql.types import StringType, StructField, StructType  # noqa: E402
 
 from vsqs._inspect import RESTAMP_AFTER, STAGING_HOLD  # noqa: E402
 from vsqs._publish import commit, stage  # noqa: E402
-from vsqs.spark import _read  # noqa: E402
+from vsqs.spark import _read, _write  # noqa: E402
 from vsqs.spark._options import WRITE, Options  # noqa: E402
 from vsqs.spark._source import SnapshotReader  # noqa: E402
 from vsqs.spark._stream import QueueStreamReader  # noqa: E402
@@ -43,6 +46,7 @@ from vsqs.testing import FakeClock  # noqa: E402
 
 from ._fault_proxy import FaultProxy, Gate  # noqa: E402
 from .servers import Server, proxied  # noqa: E402
+from .test_object_faults import FaultyIO  # noqa: E402
 from .test_processes import wait_until  # noqa: E402
 from .test_spark import listing, run_stream, streamed  # noqa: E402
 
@@ -198,6 +202,51 @@ def test_staging_older_than_the_restamp_age_is_published_under_a_fresh_id(
     assert names.id_ms(fresh) == ms_clock.now_ms() and young < fresh < after  # in batch order
     assert listing(tmp_path / "q") == sorted([names.CONFIG_NAME, fresh, after])
     assert store.read(fresh) == b"staged long ago" and store.read(after) == b"staged just now"
+
+
+def test_a_restamped_commit_that_fails_publishes_each_row_once_or_never_and_leaves_nothing(
+    s3_server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver's commit of rows staged long ago (each restamped) fails at
+    each of its requests in turn on S3, and Spark runs the abort: each row is
+    published once or not at all, and once the moves left half done are
+    repaired nothing of the job is left (a move of a ``.new`` to another id
+    left a marker that neither the abort nor gc accepted)."""
+    monkeypatch.setattr(_publish, "RESTAMP_AFTER", -1.0)  # every row was staged "long ago"
+    rows = [f"row {i}" for i in range(3)]
+    schema = StructType([StructField("body", StringType())])
+
+    def failed_commit(fault_at: int | None) -> tuple[Options, FaultyIO]:
+        options = Options.parse(
+            {"path": s3_server.url(), "storageOptions": json.dumps(s3_server.storage_options)},
+            WRITE,
+        )
+        writer = QueueWriter(options, schema)
+        done = writer.write(iter([Row(body=row) for row in rows]))
+        store = _read.open_existing(options)
+        assert isinstance(store, ObjectStore)
+        faulty = FaultyIO(store.io, "lost", fault_at)
+        faulty.in_flight = 1  # one request at a time: the k-th is the same in every run
+        with monkeypatch.context() as patched:
+            patched.setattr(_write, "open_existing", lambda _: ObjectStore(faulty))
+            try:
+                writer.commit([done])
+            except OSError:
+                writer.abort([done])  # what Spark does when the commit raises
+        return options, faulty
+
+    _, faulty = failed_commit(None)
+    for fault_at in range(1, faulty.calls[0] + 1):
+        options, _ = failed_commit(fault_at)
+        store = _read.open_existing(options)
+        assert isinstance(store, ObjectStore)
+        later = FakeClock(time.time() + _store_object.FINISH_AFTER + 2)
+        with vsqs.Queue(ObjectStore(store.io, clock=later), clock=later) as q:
+            q.gc()
+            got = Counter(bytes(m.body).decode() for m in q.peek(10))
+        assert set(got) <= set(rows) and max(got.values(), default=1) == 1, (fault_at, got)
+        left = [n for n, _ in store.io.listing()]
+        assert len(left) == len(got) + 1 and names.CONFIG_NAME in left, (fault_at, left)
 
 
 def test_a_failed_write_publishes_nothing_and_leaves_no_staging(

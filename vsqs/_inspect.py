@@ -168,7 +168,8 @@ def _earliest(current: int | None, ms: int) -> int:
 
 
 def tally(store: Store, now_ms: int) -> Tally:
-    """Counts by state from one listing that shows moves under way at their sources."""
+    """Counts by state from one settled listing: each message once (a move
+    under way or abandoned at the name it leaves), and nothing repaired."""
     counts = Tally(now_ms)
     for entry in entries(store, now_ms, settle=True):
         counts.add(entry)
@@ -176,5 +177,6 @@ def tally(store: Store, now_ms: int) -> Tally:
 
 
 def message_count(store: Store) -> int:
-    """Messages in every state (sends under way not counted), from one listing."""
-    return sum(1 for entry in entries(store, 0) if entry.is_message)
+    """Messages in every state (sends under way not counted), each once, from
+    one settled listing that repairs nothing."""
+    return sum(1 for entry in entries(store, 0, settle=True) if entry.is_message)

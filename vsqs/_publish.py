@@ -12,6 +12,7 @@ from contextlib import suppress
 
 from . import _names as names
 from ._errors import MessageTooLarge, StorageError, storage_errors
+from ._fanout import fan_out
 from ._inspect import RESTAMP_AFTER
 from ._store import Store
 
@@ -96,43 +97,103 @@ def commit(
     clock: names.MsClock,
     published: Callable[[str, str], object] | None = None,
 ) -> None:
-    """Rename staged ids to their final names (ready, or delayed until
-    ``visible_at``), :attr:`Store.batch_width` renames at a time (side by side
-    where renames cost requests), then make the names durable if asked.
+    """Publish staged ids under their final names (ready, or delayed until
+    ``visible_at``), :attr:`Store.batch_width` at a time (side by side where
+    renames cost requests), then make the names durable if asked.
 
-    A staged id issued more than :data:`RESTAMP_AFTER` before its rename is
-    published under a fresh id of ``clock``, drawn just before the rename
-    (and so is every id staged after it, which keeps the batch in order): a
-    tail of the queue waits for a ``.new`` only :data:`STAGING_HOLD`, and
-    must never find a message land behind the place it has passed.
+    A staged id issued more than :data:`RESTAMP_AFTER` before its publish is
+    published under a fresh id of ``clock``, drawn just before (and so is
+    every id staged after it, which keeps the batch in order): a tail of the
+    queue waits for a ``.new`` only :data:`STAGING_HOLD`, and must never find
+    a message land behind the place it has passed. Where creates are atomic
+    (object stores, non-durable local writes) such a message is created anew
+    (:func:`restamp`), never moved across ids; elsewhere it is renamed.
 
-    ``published(staged_id, final_name)`` is called for each id renamed, in
-    order. If a rename fails, the first error is raised once the others were
-    made; the ids renamed stay published.
+    ``published(staged_id, final_name)`` is called for each id published, in
+    order. If one fails, the first error is raised once the others were
+    made; the ids published stay published.
     """
     failed: list[OSError] = []
     width = store.batch_width
-    restamp = False  # once one id is, every later one is too: the batch keeps its order
+    restamping = False  # once one id is, every later one is too: the batch keeps its order
+
+    def fresh() -> str:
+        return names.published_name(clock.next_id(), visible_at)
+
     for start in range(0, len(staged), width):
         chunk = staged[start : start + width]
         restamp_before = clock.now_ms() - int(RESTAMP_AFTER * 1000)
         finals = []
         for i in chunk:
-            restamp = restamp or names.id_ms(i) < restamp_before
-            finals.append(clock.next_id() if restamp else i)
-        moves = [
-            (names.new_name(i), names.published_name(f, visible_at))
-            for i, f in zip(chunk, finals, strict=True)
-        ]
-        errors = store.rename_batch(moves)
-        for message_id, (_, final), error in zip(chunk, moves, errors, strict=True):
-            if error is None and published is not None:
+            restamping = restamping or names.id_ms(i) < restamp_before
+            finals.append(fresh() if restamping else names.published_name(i, visible_at))
+        for message_id, (final, error) in zip(
+            chunk, _publish_chunk(store, chunk, finals, fresh, durable=durable), strict=True
+        ):
+            if error is not None:
+                failed.append(error)
+            elif published is not None:
                 published(message_id, final)
-        failed.extend(error for error in errors if error is not None)
     if durable and staged:
         store.sync_names()
     if failed:
         raise failed[0]
+
+
+def _publish_chunk(
+    store: Store, chunk: list[str], finals: list[str], fresh: Callable[[], str], *, durable: bool
+) -> list[tuple[str, OSError | None]]:
+    """Rename each staged id of ``chunk`` to its final name, side by side;
+    where creates are atomic, those whose final name has a fresh id (a
+    suffix of the chunk) are created anew (:func:`restamp`). The name each
+    was published under, and its error."""
+    pairs = list(zip(chunk, finals, strict=True))
+    kept = len(pairs)
+    if store.creates_atomically(durable):
+        kept = next((k for k, (i, f) in enumerate(pairs) if f[: names.ID_LEN] != i), kept)
+    moves = [(names.new_name(i), f) for i, f in pairs[:kept]]
+    outcomes = [(f, e) for (_, f), e in zip(moves, store.rename_batch(moves), strict=True)]
+    created = fan_out(
+        lambda item: restamp(store, *item, fresh, durable=durable),
+        pairs[kept:],
+        store.batch_width,
+    )
+    for outcome in created:
+        error = outcome.exception()
+        if error is not None and not isinstance(error, OSError):
+            raise error
+        outcomes.append((outcome.value or "", error))
+    return outcomes
+
+
+def restamp(
+    store: Store, staged_id: str, final: str, fresh: Callable[[], str], *, durable: bool
+) -> str:
+    """Publish what ``staged_id`` staged by creating ``final`` (a name of a
+    fresh id) with its bytes, then remove the staged name; return the name
+    published.
+
+    It is created as a send is (:meth:`Store.write_new`): a name that is taken
+    or burned (a create whose outcome is unknown, which may land later: at
+    least once) is replaced by ``fresh()``. Never a move across ids: an
+    object store's move marker hides its target only among the names of its
+    source's id (``docs/protocol.md``, "Restamped commits"). The staged name
+    goes after the create, so a tail that waits for it never passes the new
+    name before it lands; if it cannot be removed, it is a leftover that the
+    writer's cleanup or ``gc()`` removes (only its writer ever publishes it).
+    """
+    tmp = names.new_name(staged_id)
+    data = store.read(tmp)
+    for _ in range(SEND_ATTEMPTS):
+        try:
+            store.write_new(final, data, fsync=durable)
+        except FileExistsError:
+            final = fresh()
+            continue
+        with suppress(OSError):
+            store.delete(tmp, known=True)
+        return final
+    raise StorageError(f"could not publish {tmp} under {SEND_ATTEMPTS} fresh ids")
 
 
 class Publisher:

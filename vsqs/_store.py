@@ -141,8 +141,9 @@ class Store(ABC):
 
         Directories, symlinks and other special files are not listed. With
         ``settle``, a message that another client is renaming right now (on
-        object stores, a move under way) is listed under the name it leaves,
-        so that every message is counted.
+        object stores, a move under way or abandoned) is listed under the name
+        it leaves, so that every message is counted once, and the listing
+        changes no message's state (it finishes no other client's move).
         """
 
     def names_of(self, message_id: str) -> Iterable[str]:

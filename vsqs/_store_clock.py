@@ -7,8 +7,9 @@ take a young marker for an abandoned one and finish another client's move.
 :class:`StoreClock` judges ages on the store's clock instead, from what the
 client's listings already show, and never on the host's wall clock:
 
-* every listed time ``T`` read at steady time ``s`` says the store's clock
-  read at least ``T`` at ``s``: the store's time now is at least
+* every listed time ``T`` read at steady time ``s`` (and every ``Date`` a
+  response carried, :attr:`~vsqs.stores.ObjectIO.last_date`) says the
+  store's clock read at least ``T`` at ``s``: the store's time now is at least
   ``steady() - s + T``, the largest such bound of the last
   :data:`WINDOW` seconds (older ones would let the steady clock's drift
   accumulate);
@@ -93,6 +94,13 @@ class StoreClock:
             created = self._created.pop(name, None)
             if created is not None:  # made here after ``created``, stamped <= modified + 1 s
                 self._lead.offer(created - modified - RESOLUTION, now)
+
+    def dated(self, date: float | None) -> None:
+        """A response said the store's time was ``date`` (or later) just now."""
+        if date is not None:
+            now = self._steady()
+            with self._lock:
+                self._offset.offer(date - now, now)
 
     def creating(self, name: str) -> None:
         """This client is about to create ``name`` (its wall time now is remembered)."""

@@ -32,6 +32,7 @@ from urllib.parse import quote, urlencode
 
 from ._errors import UnsupportedStore
 from ._store_fsspec import FsspecObjects
+from ._store_object import http_date
 
 #: Names of one listing page (the JSON API's most).
 _PAGE = 1000
@@ -80,11 +81,10 @@ class GCSObjects(FsspecObjects):
         while True:
             self.count("list")
             try:
-                page = self.fs.call(
+                headers, content = self.fs.call(
                     "GET",
                     "b/{}/o",
                     self.bucket,
-                    json_out=True,
                     prefix=self.prefix + prefix,
                     delimiter="/",
                     maxResults=_PAGE,
@@ -92,6 +92,8 @@ class GCSObjects(FsspecObjects):
                 )
             except FileNotFoundError:  # no bucket
                 return
+            self.last_date = http_date(headers.get("Date")) or self.last_date
+            page = json.loads(content)
             for item in page.get("items", ()):
                 name = item["name"][len(self.prefix) :]
                 if name:

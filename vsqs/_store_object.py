@@ -54,6 +54,7 @@ from collections import Counter
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from itertools import count
 from typing import ClassVar
 
@@ -83,6 +84,14 @@ BATCH = 1000
 COMMIT_ATTEMPTS = 3
 
 _COUNT_LOCK = threading.Lock()
+
+
+def http_date(value: str | None) -> float | None:
+    """The unix time of an HTTP ``Date`` header (``None`` if absent or unreadable)."""
+    try:
+        return parsedate_to_datetime(value).timestamp() if value else None
+    except (TypeError, ValueError):
+        return None
 
 
 def _monotonic() -> float:
@@ -115,6 +124,11 @@ class ObjectIO(ABC):
     #: request per name). A claim's delete carries the deletions held back only
     #: as far as they fit in the requests its own names need.
     names_per_remove: ClassVar[int] = 1
+    #: The store's clock at the latest response that told it (an HTTP ``Date``
+    #: header, whole seconds), or ``None``. It is never later than the store's
+    #: time now, so :class:`ObjectStore` takes it for a lower bound of it when
+    #: it ages objects; adapters set it from responses they receive anyway.
+    last_date: float | None = None
 
     url: str
 
@@ -227,8 +241,14 @@ def _sending_floor(name: str) -> str | None:
 
 
 def _unsent(shown: Names, floors: dict[str, str]) -> Names:
-    """The names that no batch marker of their sender (``floors``: nonce to
-    floor id) hides."""
+    """The names that no batch marker of their sender hides.
+
+    ``floors`` maps a sender's nonce to the *lowest* floor of its batch
+    markers in the listing: the batches one client sends at once (threads of
+    one :class:`vsqs.Queue`) each have a marker, and each draws its ids above
+    its own floor, so an id is hidden if it is above any of its sender's
+    floors, which is exactly when it is above the lowest.
+    """
     if not floors:
         return shown
     kept = []
@@ -365,18 +385,23 @@ class ObjectStore(Store):
     def list(self, *, prefix: str = "", settle: bool = False) -> Iterator[str]:
         """Names of messages, in key order, without hidden sources and markers.
 
-        Finishes moves whose client went away and collects leftovers; with
-        ``settle``, a message whose move is under way is listed under the name
-        it leaves. See :meth:`_settle`.
+        Finishes moves whose client went away and collects leftovers. With
+        ``settle`` (for counting), every message is listed once, under the
+        name it leaves if a move of it is under way or abandoned, and the
+        listing repairs nothing: it only reads (and sends this client's own
+        held-back deletions); ``gc()`` and receivers repair. See :meth:`_settle`.
         """
         self._ages.check()
         if self._pending():
             self._send_deletions()
         group: Group = []
         group_id = ""
-        floors: dict[str, str] = {}  # nonce -> floor id of a batch being sent
-        previous = ""
+        floors: dict[str, str] = {}  # nonce -> lowest floor id of its batches being sent
+        previous, date = "", None
         for name, modified in self.io.listing(prefix):
+            if self.io.last_date != date:  # a page's response told the store's time
+                date = self.io.last_date
+                self._ages.dated(date)
             if name < previous:  # FIFO and the grouping below rest on key order
                 raise UnsupportedStore(
                     f"{self.url}: the store lists keys out of order ({previous} before {name}); "
@@ -386,10 +411,12 @@ class ObjectStore(Store):
             self._ages.observed(name, modified)
             floor = _sending_floor(name)
             if floor is not None or name.startswith(PROBE_PREFIX):
+                if settle:  # counts every name, collects nothing
+                    continue
                 if self._ages.older(name, modified, FINISH_AFTER):  # its client was killed
                     self._spend(name, repaired=True)
-                elif floor is not None and not settle:
-                    floors[floor[-names.NONCE_LEN :]] = floor
+                elif floor is not None:  # keys ascend: the first is the lowest
+                    floors.setdefault(floor[-names.NONCE_LEN :], floor)
                 continue
             if name[: names.ID_LEN] != group_id:
                 yield from _unsent(self._settle(group, settle), floors)
@@ -406,11 +433,16 @@ class ObjectStore(Store):
         between queues")."""
         group = list(self.io.listing(message_id))
         marked = _marked_sources(group)
-        return [
-            name
-            for name in self._settle(group, True)
-            if name not in marked or self._marker_target(name + MOVED_SUFFIX, name) != ""
-        ]
+
+        def a_copy(name: str) -> bool:
+            if name not in marked:
+                return True
+            try:
+                return self._marker_target(name + MOVED_SUFFIX, name) != ""
+            except FileNotFoundError:  # finished since: a copy may be at its target
+                return True
+
+        return [name for name in self._settle(group, True) if a_copy(name)]
 
     def _settle(self, group: Group, settle: bool) -> Names:
         """The shown names of one id's objects (all of its keys are adjacent).
@@ -419,10 +451,13 @@ class ObjectStore(Store):
           source exists;
         * a marked source whose marker is older than ``FINISH_AFTER`` is
           finished: copied to its target unless listed, then deleted; its
-          target is shown from then on. With ``settle``, a source still under
-          way is shown (for counting, not for claiming);
+          target is shown from then on;
         * a marker whose source is not listed is spent: once older than
           ``FINISH_AFTER`` and its source confirmed gone, it is collected.
+
+        With ``settle`` (for counting, not for claiming) nothing is finished
+        or collected, and a marked source is shown instead of its target, so
+        a message counts once whatever step its move is at.
         """
         present = {n for n, _ in group}
         marked = _marked_sources(group)
@@ -431,33 +466,36 @@ class ObjectStore(Store):
         hidden = set(marked) | {source + MOVED_SUFFIX for source in marked}
         others = [n for n in present if n not in hidden and names.parse(n) is not None]
         finished: Names = []
+        gone: set[str] = set()
         for source, modified in marked.items():
             marker = source + MOVED_SUFFIX
+            repair = not settle and self._ages.older(marker, modified, FINISH_AFTER)
             if source not in present:
-                if self._ages.older(marker, modified, FINISH_AFTER):
+                if repair:
                     self._collect_spent(source, marker)
                 continue
-            old = self._ages.older(marker, modified, FINISH_AFTER)
-            if not (old or others):
+            if not (repair or others):
                 continue  # nothing to hide besides the source: no need to read the marker
-            target = self._marker_target(marker, source)
+            try:
+                target = self._marker_target(marker, source)
+            except FileNotFoundError:  # spent since the listing: its source is gone
+                gone.add(source)
+                continue
             if target is None:
                 continue
             hidden.add(target)
-            if old and self._finish(source, target, copied=target in present) and target:
+            if repair and self._finish(source, target, copied=target in present) and target:
                 finished.append(target)
-        if settle:  # moves under way count under the name they leave
-            hidden -= {source for source in marked if source in present}
+        if settle:  # moves under way or abandoned count under the name they leave
+            hidden -= {source for source in marked if source in present and source not in gone}
         shown = [n for n, _ in group if n not in hidden]
         return sorted(shown + finished) if finished else shown
 
     def _marker_target(self, marker: str, source: str) -> str | None:
         """The target a marker names: a message name of the source's id, or ``''``
-        for a delete. ``None`` if the marker is gone or is not one of ours."""
-        try:
-            target = self.io.get(marker).decode("utf-8", "replace").partition("\n")[0]
-        except FileNotFoundError:
-            return None
+        for a delete; ``None`` if the marker is not one of ours.
+        ``FileNotFoundError`` if it is gone (spent: its source is gone)."""
+        target = self.io.get(marker).decode("utf-8", "replace").partition("\n")[0]
         if target == "" or (
             names.parse(target) and target[: names.ID_LEN] == source[: names.ID_LEN]
         ):

@@ -28,11 +28,11 @@ import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from email.utils import parsedate_to_datetime
 from typing import Any
 
 from ._errors import InvalidArgument, UnsupportedStore
 from ._store_fsspec import FsspecObjects
+from ._store_object import http_date
 
 log = logging.getLogger("vsqs")
 
@@ -136,7 +136,10 @@ class S3Objects(FsspecObjects):
 
     def _call(self, method: str, **kwargs: Any) -> Any:
         with _unknown_outcome(method):
-            return self.fs.call_s3(method, Bucket=self.bucket, **kwargs)
+            response = self.fs.call_s3(method, Bucket=self.bucket, **kwargs)
+        headers = response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
+        self.last_date = http_date(headers.get("date")) or self.last_date
+        return response
 
     def container_exists(self) -> bool:
         """One ``HEAD`` of the bucket: only a 404 means it is missing (s3fs's
@@ -250,8 +253,8 @@ class S3Objects(FsspecObjects):
         before = time.time()
         response = self._call("head_bucket")
         after = time.time()
-        date = response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
-        if not date:
+        date = http_date(response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date"))
+        if date is None:
             return None
         # The header truncates to the second: the server's time was in [date, date + 1).
-        return parsedate_to_datetime(date).timestamp() + 0.5 - (before + after) / 2
+        return date + 0.5 - (before + after) / 2

@@ -15,7 +15,8 @@ neither (``docs/protocol.md``, "A store whose requests are not atomic").
 
 ``stamps`` says what a listing tells of an object's modification time:
 ``"ms"`` (the bucket's time, as GCS lists it), ``"seconds"`` (truncated to
-the second, as S3 lists it) or ``"none"`` (nothing: ``ObjectIO`` allows it).
+the second, as S3 lists it) or ``"none"`` (nothing: ``ObjectIO`` allows it;
+its listing responses then tell no ``Date`` either).
 """
 
 from __future__ import annotations
@@ -99,9 +100,12 @@ class SimObjects(ObjectIO):
     def listing(self, prefix: str = "") -> Iterator[tuple[str, float | None]]:
         after, start = self.prefix, self.prefix + prefix
         while True:
-            page, more = self._request(
-                f"list {self.prefix}", lambda a=after: self.bucket.list(start, a, self.page)
+            page, more, date = self._request(
+                f"list {self.prefix}",
+                lambda a=after: (*self.bucket.list(start, a, self.page), self.bucket.now),
             )
+            if self.stamps != "none":  # the Date of its response, truncated as S3's
+                self.last_date = float(int(date))
             for key, modified in page:
                 yield key[len(self.prefix) :], self._stamp(modified)
             if not more or not page:
