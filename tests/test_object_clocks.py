@@ -213,3 +213,39 @@ def test_a_store_that_lists_out_of_order_is_refused(server: Server) -> None:
     ):
         q.receive()
     assert "\n" not in str(raised.value)
+
+
+# ------------------------------------------------------- Date headers
+class Dated(FaultyIO):
+    """A store whose listing responses tell its time (an HTTP ``Date``), read
+    from ``store_clock``: here an hour after the objects were written."""
+
+    def __init__(self, inner: ObjectIO, store_clock: Callable[[], float]) -> None:
+        super().__init__(inner, "crash", None)
+        self.store_clock = store_clock
+
+    def listing(self, prefix: str = "") -> Iterator[tuple[str, float | None]]:
+        entries = list(self.inner.listing(prefix))
+        self.last_date = float(int(self.store_clock()))
+        return iter(entries)
+
+
+def test_a_one_shot_gc_finishes_an_old_abandoned_claim_at_its_first_listing(
+    server: Server,
+) -> None:
+    """An hour after a claimer died between its marker and its copy, a new
+    process runs ``gc()`` once. The newest listed time is the marker's own, so
+    listed times alone bound the store's clock at the marker's age: nothing
+    to finish. The listing response's ``Date`` tells the store's time: the
+    move is an hour old and is finished at once."""
+    plain = object_store(server, "one-shot")
+    with vsqs.Queue(plain) as producer:
+        sent = producer.send(b"m")
+    dying = ObjectStore(Interleave(plain.io, on("copy"), die))
+    with pytest.raises(Crash), vsqs.Queue(dying) as claimer:
+        claimer.receive(visibility_timeout=1)
+    an_hour_later = ahead(3600)  # the store's clock and the new process's host's
+    once_store = ObjectStore(Dated(plain.io, an_hour_later), clock=an_hour_later)
+    with vsqs.Queue(once_store, clock=an_hour_later) as once:
+        repaired = once.gc()
+    assert any(name.startswith(sent) for name in repaired), repaired
