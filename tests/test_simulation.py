@@ -108,7 +108,7 @@ REGRESSIONS = {
     "f2-slow-extend-finished-by-a-lister": Plan(200475),
     "f2-extend-by-receipt-read-after-its-rename": Plan(300821),
     # Found with each fix of issue 26 reverted (the mutants below).
-    "r2-a-fast-lister-finished-a-young-ack": CLOCK_PLANS["hosts-12s-off"](29),
+    "r2-a-fast-lister-finished-a-young-ack": CLOCK_PLANS["hosts-12s-off"](59),
     "r2-an-untimed-marker-was-never-finished": CLOCK_PLANS["no-listing-times"](0),
     "r2-an-ack-timed-on-a-stepped-clock": CLOCK_PLANS["clock-steps"](9),
 }

@@ -84,11 +84,16 @@ class StoreClock:
         self._created: OrderedDict[str, float] = OrderedDict()  # name -> wall time before
 
     # ------------------------------------------------------------ observing
-    def observed(self, name: str, modified: float | None) -> None:
-        """A listing showed ``name`` modified at ``modified`` (store time, if known)."""
+    def observed(self, name: str, modified: float | None, *, aged: bool = False) -> None:
+        """A listing showed ``name`` modified at ``modified`` (store time, if
+        known); ``aged``: its age may be asked (its first sighting counts)."""
+        now = self._steady()
+        if aged:
+            with self._lock:
+                self._first_seen.setdefault(name, now)
+                _trim(self._first_seen)
         if modified is None:
             return
-        now = self._steady()
         with self._lock:
             self._offset.offer(modified - now, now)
             created = self._created.pop(name, None)

@@ -408,8 +408,9 @@ class ObjectStore(Store):
                     "vsqs needs listings in key order (S3 Express directory buckets do not)"
                 )
             previous = name
-            self._ages.observed(name, modified)
             floor = _sending_floor(name)
+            aged = floor is not None or name.endswith(MOVED_SUFFIX) or name.startswith(PROBE_PREFIX)
+            self._ages.observed(name, modified, aged=aged)
             if floor is not None or name.startswith(PROBE_PREFIX):
                 if settle:  # counts every name, collects nothing
                     continue
