@@ -131,6 +131,18 @@ def test_an_ack_stalled_while_the_clock_steps_back_is_outcome_unknown(server: Se
 
 
 # ------------------------------------------------------------ class 8
+def abandoned_claim(server: Server, queue: str) -> tuple[ObjectStore, str]:
+    """A queue whose one message's claimer died between its marker and its
+    copy (visibility timeout 1 s); its store and the message's id."""
+    plain = object_store(server, queue)
+    with vsqs.Queue(plain) as producer:
+        sent = producer.send(b"m")
+    dying = ObjectStore(Interleave(plain.io, on("copy"), die))
+    with pytest.raises(Crash), vsqs.Queue(dying) as claimer:
+        claimer.receive(visibility_timeout=1)
+    return plain, sent
+
+
 class NoTimes(FaultyIO):
     """A store whose listing gives no modification times (``ObjectIO`` allows it)."""
 
@@ -146,12 +158,7 @@ def test_a_store_without_listing_times_finishes_an_abandoned_claim(server: Serve
     times left the message hidden for ever; now its age counts from the first
     listing that showed the marker, and it comes back after ``FINISH_AFTER``
     and the dead claim's visibility timeout."""
-    plain = object_store(server, "no-times")
-    with vsqs.Queue(plain) as producer:
-        sent = producer.send(b"m")
-    dying = ObjectStore(Interleave(plain.io, on("copy"), die))
-    with pytest.raises(Crash), vsqs.Queue(dying) as claimer:
-        claimer.receive(visibility_timeout=1)
+    plain, sent = abandoned_claim(server, "no-times")
     steady, wall = FakeClock(1000.0), FakeClock(time.time())
     with vsqs.Queue(ObjectStore(NoTimes(plain.io), clock=wall, monotonic=steady), clock=wall) as q:
         assert q.receive() is None  # hidden under a marker first seen now
@@ -238,12 +245,7 @@ def test_a_one_shot_gc_finishes_an_old_abandoned_claim_at_its_first_listing(
     listed times alone bound the store's clock at the marker's age: nothing
     to finish. The listing response's ``Date`` tells the store's time: the
     move is an hour old and is finished at once."""
-    plain = object_store(server, "one-shot")
-    with vsqs.Queue(plain) as producer:
-        sent = producer.send(b"m")
-    dying = ObjectStore(Interleave(plain.io, on("copy"), die))
-    with pytest.raises(Crash), vsqs.Queue(dying) as claimer:
-        claimer.receive(visibility_timeout=1)
+    plain, sent = abandoned_claim(server, "one-shot")
     an_hour_later = ahead(3600)  # the store's clock and the new process's host's
     once_store = ObjectStore(Dated(plain.io, an_hour_later), clock=an_hour_later)
     with vsqs.Queue(once_store, clock=an_hour_later) as once:

@@ -18,7 +18,8 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -188,6 +189,19 @@ def test_bad_object_store_urls_are_refused_before_any_request(url: str) -> None:
         vsqs.Queue(url)
 
 
+@contextmanager
+def warmed(store: ObjectStore) -> Iterator[vsqs.Queue]:
+    """A queue on ``store`` whose first listing is taken, on a clock standing
+    still (no listing falls due meanwhile), its request counts cleared."""
+    clock = FakeClock(time.time())
+    with vsqs.Queue(store, clock=clock) as q:
+        q.send_batch([b"warm"] * 3)
+        clock.advance(1)  # no young names
+        q.receive().delete()  # type: ignore[union-attr] - the first listing
+        store.io.requests.clear()
+        yield q
+
+
 # ------------------------------------------------------------ request counts
 @pytest.mark.parametrize("server_fixture", ["s3_server", "ceph_server"])
 def test_a_message_lifecycle_takes_seven_requests_on_s3(
@@ -197,12 +211,7 @@ def test_a_message_lifecycle_takes_seven_requests_on_s3(
     the ``GET`` of the body. Ack: the marker ``PUT`` and a ``HEAD``; the object
     itself goes with the next batch (here, the next receive's)."""
     store = object_store(request.getfixturevalue(server_fixture))
-    clock = FakeClock(time.time())  # standing still: no listing falls due meanwhile
-    with vsqs.Queue(store, clock=clock) as q:
-        q.send_batch([b"warm"] * 3)
-        clock.advance(1)  # no young names
-        q.receive().delete()  # type: ignore[union-attr] - the first listing
-        store.io.requests.clear()
+    with warmed(store) as q:
         q.send(b"x")
         assert store.io.requests == Counter(put=1)
         store.io.requests.clear()
@@ -233,12 +242,7 @@ def test_a_message_lifecycle_takes_seven_requests_on_gcs_each_sent_once(
         store.io.requests.clear()
         gcs_proxy.arm(None)
 
-    clock = FakeClock(time.time())  # standing still: no listing falls due meanwhile
-    with vsqs.Queue(store, clock=clock) as q:
-        q.send_batch([b"warm"] * 3)
-        clock.advance(1)  # no young names
-        q.receive().delete()  # type: ignore[union-attr] - the first listing
-        store.io.requests.clear()
+    with warmed(store) as q:
         gcs_proxy.arm(None)
         q.send(b"x")
         sent(Counter(put=1))
