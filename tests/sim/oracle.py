@@ -27,7 +27,7 @@ violation of the promises vsqs makes on every store:
 * **origin records**: every message drained from the dead-letter queue
   shows where it came from (``dead_lettered``): its record is written
   before it is published, and deleted only with it (issue 26, class 3);
-  but two copies drained under one id (a message moved twice at once)
+  but two copies published under one id (a message moved twice at once)
   share their records, which the first one's ack removes;
 * **truthful ``DeleteResult``**: a ``delete_batch`` is judged as the acks it
   made, each with the outcome it reported (``deleted``: returned; ``stale``:
@@ -37,6 +37,11 @@ violation of the promises vsqs makes on every store:
   ``delete_batch``) that failed with ``StorageError`` had a request raise
   after the client's retries (but a failed delete of an origin record,
   which fails no ack: issue 26, class 10), or took half ``FINISH_AFTER``;
+* **batches shown whole**: no message of a ``send_batch`` that returned is
+  claimed before all of them exist, unless the send took half
+  ``FINISH_AFTER`` or a request of it raised (a create of unknown outcome
+  is sent again under a fresh id after the rest) (issue 26, class 5: two
+  batches of one ``Queue`` at once);
 * **truthful receive counts**: a claim in the source queue (a key whose
   receive count is one up, ``run.claims_of``) whose count shows again later
   (the message's next key counts as many or more: it was claimed again,
@@ -127,18 +132,23 @@ def judge(
     max_receives: int | None = None,
     faulted: list[tuple[str, float, str]] | None = None,
     claims: list[Claim] | None = None,
+    born: dict[str, float] | None = None,
+    copies: set[str] | None = None,
 ) -> Verdict:
     """Check a finished run; ``tolerance``: the largest clock difference between
     clients; ``moved``: ids of messages that entered another queue;
     ``aliases``: the sibling ids of second copies, mapped to the sent id;
     ``max_receives``: the source queue's (None: no dead-letter queue);
     ``faulted``: the faults vsqs saw, by actor (``Scheduler.faulted``);
-    ``claims``: every claim in the source queue (``run.claims_of``)."""
+    ``claims``: every claim in the source queue (``run.claims_of``);
+    ``born``: when each id (as sent) first had a key in the source queue;
+    ``copies``: ids published more than once in the dead-letter queue."""
     verdict = Verdict()
     events = [one for event in events for one in _each_ack(event)]
     _check_failed_acks(events, faulted or [], verdict)
     # By the ids as received: each copy of a message has counts of its own.
     _check_counts(events, claims or [], max_receives, faulted or [], verdict)
+    _check_batches(events, claims or [], born or {}, faulted or [], verdict)
     if aliases:
         events = [replace(e, ids=[aliases.get(i, i) for i in e.ids]) for e in events]
         drained = [replace(d, id=aliases.get(d.id, d.id)) for d in drained]
@@ -170,11 +180,10 @@ def judge(
     for message_id, queues in seen_in.items():
         if len(queues) > 1 and message_id not in excused:
             verdict.add(f"duplicate: {message_id} drained from {sorted(queues)}")
-    copies = Counter(d.id for d in drained if d.queue == "dlq")
     for d in drained:
         # Two copies of one id (moved twice at once) share their records: the
         # ack of the first removes what its listing showed, the second's too.
-        if d.record is False and copies[d.id] == 1:
+        if d.record is False and d.id not in (copies or set()):
             verdict.add(f"no origin record: {d.id} drained from {d.queue} without dead_lettered")
     for name in leftovers:
         verdict.add(f"leftover: {name}")
@@ -382,3 +391,35 @@ def _check_failed_acks(
             f"ack failed for nothing: {event.receipt} by {event.actor} at {event.end:.3f} "
             f"met no fault but failed origin-record deletes"
         )
+
+
+def _check_batches(
+    events: list[Event],
+    claims: list[Claim],
+    born: dict[str, float],
+    faulted: list[tuple[str, float, str]],
+    verdict: Verdict,
+) -> None:
+    """A batch is shown whole: none of its messages is claimed before every
+    one of them exists, unless its send took so long (half ``FINISH_AFTER``)
+    that listers took its marker for an abandoned one, or a request of it
+    raised (a create whose outcome was unknown is sent again under a fresh
+    id, after the rest of its chunk: ``docs/protocol.md``)."""
+    faults = defaultdict(list)
+    for actor, at, _ in faulted:
+        faults[actor].append(at)
+    first: dict[str, float] = {}
+    for claim in claims:
+        first[claim.parsed.id] = min(claim.at, first.get(claim.parsed.id, math.inf))
+    for event in events:
+        if event.op != "send_batch" or not event.ok or event.end - event.start >= 4.9:
+            continue
+        if any(event.start <= at <= event.end for at in faults[event.actor]):
+            continue
+        shown = min((first.get(i, math.inf) for i in event.ids), default=math.inf)
+        late = [i for i in event.ids if born.get(i, math.inf) > shown]
+        if late:
+            verdict.add(
+                f"batch shown in part: a message of {event.actor}'s batch was claimed at "
+                f"{shown:.3f}, before {late[0]} existed"
+            )

@@ -13,7 +13,7 @@ import contextlib
 import functools
 import random
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,6 +58,8 @@ class Plan:
     dlq_consumers: int = 0
     #: How often a consumer acks several held messages with one ``delete_batch``.
     batch_acks: float = 0.0
+    #: How often a producer's ``send_batch`` runs beside another of its Queue.
+    twin_batches: float = 0.0
 
 
 @dataclass
@@ -149,7 +151,13 @@ def _run(plan: Plan) -> Report:
 
     history = workload.History()
     setup = workload.Setup(
-        scheduler, opener, history, plan.dead_letter, _redrive, batch_acks=plan.batch_acks
+        scheduler,
+        opener,
+        history,
+        plan.dead_letter,
+        _redrive,
+        batch_acks=plan.batch_acks,
+        twin_batches=plan.twin_batches,
     )
     scripts = random.Random(plan.seed ^ 0xC11E)
     roles: list[tuple[str, Callable[..., None]]] = (
@@ -189,11 +197,37 @@ def _run(plan: Plan) -> Report:
         max_receives=config.get("max_receives"),
         faulted=scheduler.faulted,
         claims=claims_of(bucket, f"{prefix}/src/"),
+        born=first_keys(bucket, f"{prefix}/src/"),
+        copies=published_twice(bucket, f"{prefix}/dlq/"),
     )
     requests = sum(sum(i.requests.values()) for i in ios)
     return Report(
         plan, verdict, scheduler.fingerprint(), scheduler.steps, requests, scheduler.trace
     )
+
+
+def published_twice(bucket: Bucket, prefix: str) -> set[str]:
+    """Ids published more than once under ``prefix``: keys of receive count 0
+    whose expiry is the id's own time (a move's publish, not a give-back)."""
+    published: Counter[str] = Counter()
+    for key in bucket.born:
+        parsed = names.parse(key[len(prefix) :]) if key.startswith(prefix) else None
+        if parsed is None or parsed.receive_count:
+            continue
+        if parsed.state == names.READY or parsed.expiry_ms == names.id_ms(parsed.id):
+            published[parsed.id] += 1
+    return {message_id for message_id, n in published.items() if n > 1}
+
+
+def first_keys(bucket: Bucket, prefix: str) -> dict[str, float]:
+    """When each message id first had a key under ``prefix`` (its staged
+    ``.new`` aside: a staged message is not sent yet)."""
+    first: dict[str, float] = {}
+    for key, (at, _) in bucket.born.items():
+        parsed = names.parse(key[len(prefix) :]) if key.startswith(prefix) else None
+        if parsed is not None and parsed.state != names.NEW:
+            first[parsed.id] = min(at, first.get(parsed.id, at))
+    return first
 
 
 def claims_of(bucket: Bucket, prefix: str) -> list[Claim]:
@@ -299,6 +333,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--read-errors", type=float, default=0.0, help="failed body GETs per request"
     )
+    parser.add_argument(
+        "--record-errors", type=float, default=0.0, help="failed record deletes per request"
+    )
+    parser.add_argument("--dlq-consumers", type=int, default=0)
+    parser.add_argument("--batch-acks", type=float, default=0.0, help="delete_batch share")
+    parser.add_argument("--twin-batches", type=float, default=0.0, help="twin send_batch share")
     parser.add_argument("--trace", action="store_true", help="print the schedule")
     args = parser.parse_args(argv)
     failed = 0
@@ -306,11 +346,14 @@ def main(argv: list[str] | None = None) -> int:
         plan = Plan(
             seed,
             args.flavour,
-            Faults(step=args.steps, read_error=args.read_errors),
+            Faults(step=args.steps, read_error=args.read_errors, record_error=args.record_errors),
             retry_creates=args.retry_creates,
             torn=frozenset(args.torn),
             skew=args.skew,
             stamps=args.stamps,
+            dlq_consumers=args.dlq_consumers,
+            batch_acks=args.batch_acks,
+            twin_batches=args.twin_batches,
         )
         report = run(plan)
         if args.trace:

@@ -87,6 +87,9 @@ class Setup:
     #: How often a consumer holding several messages acks some with one
     #: ``delete_batch`` (0: never, and no random draw for it).
     batch_acks: float = 0.0
+    #: How often a producer's ``send_batch`` has a twin: a second thread of
+    #: the same ``Queue`` sends another batch at once (0: never, no draw).
+    twin_batches: float = 0.0
 
     def body(self, actor: str) -> bytes:
         self.bodies += 1
@@ -114,6 +117,11 @@ def producer(setup: Setup, name: str, rng: random.Random, ops: int, skew: float)
                     e.queue, e.bodies = "src", bs
                     e.ids = q.send_batch(bs)
 
+                if setup.twin_batches and rng.random() < setup.twin_batches:
+                    # Another thread of this Queue sends a batch at the same time.
+                    twin = [setup.body(name) for _ in range(rng.randint(2, 3))]
+                    _twin_batch(setup, name, send_batch, bodies, twin)
+                    continue
                 log(setup.scheduler, name, "send_batch", send_batch)
             else:
                 body, delay = setup.body(name), rng.choice(DELAYS[1:])
@@ -123,6 +131,29 @@ def producer(setup: Setup, name: str, rng: random.Random, ops: int, skew: float)
                     e.ids = [q.send(b, delay=d)]
 
                 log(setup.scheduler, name, "send", send_later)
+
+
+def _twin_batch(
+    setup: Setup,
+    name: str,
+    send_batch: Callable[[Event, list[bytes]], None],
+    bodies: list[bytes],
+    twin_bodies: list[bytes],
+) -> None:
+    """``send_batch`` of ``bodies`` here and of ``twin_bodies`` in a second
+    thread of this process (the same ``Queue``) at once; then wait for it."""
+    scheduler, log = setup.scheduler, setup.history.log
+    me = scheduler.current()
+    assert me is not None
+    twin = f"{name}-twin"
+    other = scheduler.actor(
+        twin,
+        lambda: log(scheduler, twin, "send_batch", lambda e: send_batch(e, twin_bodies)),
+        skew=me.skew,
+        process=me.process,
+    )
+    log(scheduler, name, "send_batch", lambda e: send_batch(e, bodies))
+    scheduler.join(other)
 
 
 def consumer(
