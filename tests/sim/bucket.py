@@ -51,6 +51,11 @@ class Bucket:
     generations: int = 0
     #: Every key ever written, with the bytes first written to it, for the oracle.
     written: dict[str, bytes] = field(default_factory=dict)
+    #: When each key was first written (the bucket's clock), and by which
+    #: actor's request ("" for a request whose client gave up or died), for
+    #: the oracle; ``writer`` is the actor whose request takes effect now.
+    born: dict[str, tuple[float, str]] = field(default_factory=dict)
+    writer: str = ""
 
     def __post_init__(self) -> None:
         if self.flavour not in FLAVOURS:
@@ -61,6 +66,7 @@ class Bucket:
         etag = '"' + hashlib.md5(data).hexdigest() + '"'
         self.objects[key] = Object(data, etag, round(self.now, 3), self.generations)
         self.written.setdefault(key, data)
+        self.born.setdefault(key, (self.now, self.writer))
         return etag
 
     def _get(self, key: str) -> Object:

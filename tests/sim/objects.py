@@ -17,6 +17,13 @@ neither (``docs/protocol.md``, "A store whose requests are not atomic").
 ``"ms"`` (the bucket's time, as GCS lists it), ``"seconds"`` (truncated to
 the second, as S3 lists it) or ``"none"`` (nothing: ``ObjectIO`` allows it;
 its listing responses then tell no ``Date`` either).
+
+A GET of a message body (not of a marker or a staged ``.new``) is marked
+as such, so that ``Faults.read_error`` can fail it (a 500 after the client
+library's retries, or a 403: ``scheduler.Failed``, which is not retried);
+so is a delete of origin records (``Faults.record_error``). Each error a
+request raises after its retries is noted (``Scheduler.fault``) for the
+oracle.
 """
 
 from __future__ import annotations
@@ -24,10 +31,11 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
+from vsqs import _names
 from vsqs._store_object import ObjectIO
 
 from .bucket import Status
-from .scheduler import Lost, Scheduler, Throttled, TimedOut
+from .scheduler import Failed, Lost, Scheduler, Throttled, TimedOut
 
 ATTEMPTS = 3
 
@@ -69,8 +77,12 @@ class SimObjects(ObjectIO):
     def _key(self, name: str) -> str:
         return self.prefix + name
 
-    def _request(self, what: str, effect: Callable[[], Any], *, retry: bool = True) -> Any:
-        return self._attempts(what, lambda: self.scheduler.call(what, effect), retry=retry)
+    def _request(
+        self, what: str, effect: Callable[[], Any], *, retry: bool = True, fails: str = ""
+    ) -> Any:
+        return self._attempts(
+            what, lambda: self.scheduler.call(what, effect, fails=fails), retry=retry, fails=fails
+        )
 
     def _torn(
         self, what: str, first: Callable[[], Any], then: Callable[[Any], Any], *, retry: bool = True
@@ -84,14 +96,18 @@ class SimObjects(ObjectIO):
 
         return self._attempts(what, attempt, retry=retry)
 
-    def _attempts(self, what: str, send: Callable[[], Any], *, retry: bool) -> Any:
+    def _attempts(self, what: str, send: Callable[[], Any], *, retry: bool, fails: str = "") -> Any:
         self.count(what.split(" ", 1)[0])
         for attempt in range(1, ATTEMPTS + 1):
             try:
                 return send()
-            except (Lost, TimedOut, Throttled):
+            except (Lost, TimedOut, Throttled) as exc:
                 if not retry or attempt == ATTEMPTS:
+                    self.scheduler.fault(type(exc).__name__)
                     raise
+            except Failed:
+                self.scheduler.fault(f"{fails}_error")
+                raise
         raise AssertionError("unreachable")
 
     def container_exists(self) -> bool:
@@ -118,8 +134,14 @@ class SimObjects(ObjectIO):
         return None if self.stamps == "none" else modified
 
     def get(self, name: str) -> bytes:
+        parsed = _names.parse(name)
+        body = parsed is not None and parsed.state != _names.NEW
         try:
-            return self._request(f"get {self._key(name)}", lambda: self.bucket.get(self._key(name)))  # type: ignore[no-any-return]
+            return self._request(  # type: ignore[no-any-return]
+                f"get {self._key(name)}",
+                lambda: self.bucket.get(self._key(name)),
+                fails="read" if body else "",
+            )
         except Status as exc:
             raise FileNotFoundError(name) from exc
 
@@ -170,8 +192,13 @@ class SimObjects(ObjectIO):
         for start in range(0, len(names), self.names_per_remove):
             chunk = names[start : start + self.names_per_remove]
             keys = [self._key(n) for n in chunk]
+            record = any(_names.origin_id(n) is not None for n in chunk)
             try:
-                self._request(f"deletes {keys}", lambda keys=keys: self.bucket.delete_many(keys))
+                self._request(
+                    f"deletes {keys}",
+                    lambda keys=keys: self.bucket.delete_many(keys),
+                    fails="record" if record else "",
+                )
             except OSError:
                 failed += chunk
         return failed

@@ -23,7 +23,38 @@ violation of the promises vsqs makes on every store:
   two copies) and redeliveries after an ack of the ``moved`` ids pass;
   losses do not;
 * **no leftover**: after the drain and a ``gc()``, only the queues' config
-  objects are left.
+  objects are left;
+* **origin records**: every message drained from the dead-letter queue
+  shows where it came from (``dead_lettered``): its record is written
+  before it is published, and deleted only with it (issue 26, class 3);
+  but two copies published under one id (a message moved twice at once)
+  share their records, which the first one's ack removes;
+* **truthful ``DeleteResult``**: a ``delete_batch`` is judged as the acks it
+  made, each with the outcome it reported (``deleted``: returned; ``stale``:
+  ``ReceiptExpired``; ``failed``: unknown), by the rules above: a receipt
+  said deleted never comes back, one said stale was not deleted by it;
+* **an ack fails only for a cause**: an ack (``delete`` or a receipt of
+  ``delete_batch``) that failed with ``StorageError`` had a request raise
+  after the client's retries (but a failed delete of an origin record,
+  which fails no ack: issue 26, class 10), or took half ``FINISH_AFTER``;
+* **batches shown whole**: no message of a ``send_batch`` that returned is
+  claimed before all of them exist, unless the send took half
+  ``FINISH_AFTER`` or a request of it raised (a create of unknown outcome
+  is sent again under a fresh id after the rest) (issue 26, class 5: two
+  batches of one ``Queue`` at once);
+* **truthful receive counts**: a claim in the source queue (a key whose
+  receive count is one up, ``run.claims_of``) whose count shows again later
+  (the message's next key counts as many or more: it was claimed again,
+  extended, dead-lettered) was delivered by a receive, or its receive had a
+  reason not to deliver it: its process died, a request of it raised after
+  the client's retries (any error but a failed body read), or it took as
+  long as its visibility timeout (or half ``FINISH_AFTER``: a claim too slow
+  to tell its outcome). A claim made by another client's request (a lister
+  finishing an abandoned move) or landing after its client gave up is
+  excused too, and so is a claim past ``max_receives`` (dead-lettered). A
+  failed body read alone gives the claim back, uncounted, and returns what
+  the batch read (issue 26, class 9); what users see of it is a receive
+  count above the deliveries, and a message dead-lettered unreceived.
 """
 
 from __future__ import annotations
@@ -52,11 +83,24 @@ class Hold:
 
 
 @dataclass
+class Claim:
+    """A claim of a message (a key whose receive count is one up), from the bucket."""
+
+    name: str
+    parsed: names.Name
+    at: float  # when it was written (the bucket's clock)
+    writer: str  # the actor whose request wrote it ("": an orphan)
+    following: int | None  # the receive count of the message's next key, if any
+
+
+@dataclass
 class Drained:
     queue: str
     id: str
     body: bytes
     count: int
+    #: Whether a dead letter showed its origin record (``dead_lettered``).
+    record: bool | None = None
 
 
 @dataclass
@@ -85,11 +129,26 @@ def judge(
     tolerance: float,
     moved: set[str] = frozenset(),  # type: ignore[assignment]
     aliases: dict[str, str] | None = None,
+    max_receives: int | None = None,
+    faulted: list[tuple[str, float, str]] | None = None,
+    claims: list[Claim] | None = None,
+    born: dict[str, float] | None = None,
+    copies: set[str] | None = None,
 ) -> Verdict:
     """Check a finished run; ``tolerance``: the largest clock difference between
     clients; ``moved``: ids of messages that entered another queue;
-    ``aliases``: the sibling ids of second copies, mapped to the sent id."""
+    ``aliases``: the sibling ids of second copies, mapped to the sent id;
+    ``max_receives``: the source queue's (None: no dead-letter queue);
+    ``faulted``: the faults vsqs saw, by actor (``Scheduler.faulted``);
+    ``claims``: every claim in the source queue (``run.claims_of``);
+    ``born``: when each id (as sent) first had a key in the source queue;
+    ``copies``: ids published more than once in the dead-letter queue."""
     verdict = Verdict()
+    events = [one for event in events for one in _each_ack(event)]
+    _check_failed_acks(events, faulted or [], verdict)
+    # By the ids as received: each copy of a message has counts of its own.
+    _check_counts(events, claims or [], max_receives, faulted or [], verdict)
+    _check_batches(events, claims or [], born or {}, faulted or [], verdict)
     if aliases:
         events = [replace(e, ids=[aliases.get(i, i) for i in e.ids]) for e in events]
         drained = [replace(d, id=aliases.get(d.id, d.id)) for d in drained]
@@ -121,6 +180,11 @@ def judge(
     for message_id, queues in seen_in.items():
         if len(queues) > 1 and message_id not in excused:
             verdict.add(f"duplicate: {message_id} drained from {sorted(queues)}")
+    for d in drained:
+        # Two copies of one id (moved twice at once) share their records: the
+        # ack of the first removes what its listing showed, the second's too.
+        if d.record is False and d.id not in (copies or set()):
+            verdict.add(f"no origin record: {d.id} drained from {d.queue} without dead_lettered")
     for name in leftovers:
         verdict.add(f"leftover: {name}")
     return verdict
@@ -239,3 +303,123 @@ def _check_loss(
                 verdict.add(f"lost: {message_id}, deleted by an ack that raised ReceiptExpired")
             else:
                 verdict.add(f"lost: {message_id} (sent by {event.actor} at {event.end:.3f})")
+
+
+def _check_counts(
+    events: list[Event],
+    claims: list[Claim],
+    max_receives: int | None,
+    faulted: list[tuple[str, float, str]],
+    verdict: Verdict,
+) -> None:
+    """Truthful receive counts (the module's docstring)."""
+    delivered = {r for e in events if e.op == "receive" and e.ok for r in e.receipts}
+    receives = defaultdict(list)
+    for event in events:
+        if event.op == "receive":
+            receives[event.actor].append(event)
+    faults = defaultdict(list)
+    for actor, at, kind in faulted:
+        if kind != "read_error":
+            faults[actor].append(at)
+    for claim in claims:
+        if claim.name in delivered or claim.following is None:
+            continue  # delivered, or its count never showed again
+        if claim.following < claim.parsed.receive_count:
+            continue  # given back, uncounted
+        if max_receives is not None and claim.parsed.receive_count > max_receives:
+            continue  # dead-lettered
+        by = [e for e in receives.get(claim.writer, []) if e.start <= claim.at <= e.end]
+        if not by:
+            continue  # finished by another client (a lister), or landed late
+        event = by[0]
+        if (
+            event.end == math.inf
+            or any(event.start <= at <= event.end for at in faults[event.actor])
+            or event.end - event.start >= min(event.visibility, 4.9) - 0.01
+        ):
+            continue  # cut short, faulted, or too slow: it may have lost its claim
+        verdict.add(
+            f"receive count: {claim.name} was counted but not delivered by "
+            f"{event.actor}'s receive ({event.error or 'ok'} at {event.end:.3f}), "
+            f"which met no fault but failed body reads"
+        )
+
+
+def _each_ack(event: Event) -> list[Event]:
+    """A ``delete_batch`` as the acks it made, one per receipt, each with the
+    outcome its ``DeleteResult`` gave: "deleted" an ack that returned,
+    "stale" one that raised ``ReceiptExpired``, "failed" one that raised
+    ``StorageError`` (an outcome unknown); a call that raised or was cut
+    short left each outcome unknown."""
+    if event.op != "delete_batch":
+        return [event]
+    outcomes = event.outcomes if event.ok else ["unknown"] * len(event.acked)
+    errors = {"deleted": "", "stale": "ReceiptExpired", "failed": "StorageError"}
+    return [
+        replace(
+            event,
+            op="delete",
+            ids=[message_id],
+            receipt=receipt,
+            ok=outcome == "deleted",
+            error=errors.get(outcome, event.error),
+        )
+        for message_id, receipt, outcome in zip(event.ids, event.acked, outcomes, strict=True)
+    ]
+
+
+def _check_failed_acks(
+    events: list[Event], faulted: list[tuple[str, float, str]], verdict: Verdict
+) -> None:
+    """An ack fails (``StorageError``) only for a cause: a request of its call
+    raised after the client's retries (a failed delete of an origin record
+    aside: the ack's outcome is the message's), its process died, or it was
+    slow enough (half ``FINISH_AFTER``) that its outcome is unknown."""
+    faults = defaultdict(list)
+    for actor, at, kind in faulted:
+        if kind != "record_error":
+            faults[actor].append(at)
+    for event in events:
+        if event.op != "delete" or event.error != "StorageError":
+            continue
+        if event.end - event.start >= 4.9 or any(
+            event.start <= at <= event.end for at in faults[event.actor]
+        ):
+            continue
+        verdict.add(
+            f"ack failed for nothing: {event.receipt} by {event.actor} at {event.end:.3f} "
+            f"met no fault but failed origin-record deletes"
+        )
+
+
+def _check_batches(
+    events: list[Event],
+    claims: list[Claim],
+    born: dict[str, float],
+    faulted: list[tuple[str, float, str]],
+    verdict: Verdict,
+) -> None:
+    """A batch is shown whole: none of its messages is claimed before every
+    one of them exists, unless its send took so long (half ``FINISH_AFTER``)
+    that listers took its marker for an abandoned one, or a request of it
+    raised (a create whose outcome was unknown is sent again under a fresh
+    id, after the rest of its chunk: ``docs/protocol.md``)."""
+    faults = defaultdict(list)
+    for actor, at, _ in faulted:
+        faults[actor].append(at)
+    first: dict[str, float] = {}
+    for claim in claims:
+        first[claim.parsed.id] = min(claim.at, first.get(claim.parsed.id, math.inf))
+    for event in events:
+        if event.op != "send_batch" or not event.ok or event.end - event.start >= 4.9:
+            continue
+        if any(event.start <= at <= event.end for at in faults[event.actor]):
+            continue
+        shown = min((first.get(i, math.inf) for i in event.ids), default=math.inf)
+        late = [i for i in event.ids if born.get(i, math.inf) > shown]
+        if late:
+            verdict.add(
+                f"batch shown in part: a message of {event.actor}'s batch was claimed at "
+                f"{shown:.3f}, before {late[0]} existed"
+            )

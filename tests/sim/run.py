@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import random
 import sys
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +26,7 @@ from vsqs._store_object import ObjectStore
 from . import workload
 from .bucket import Bucket
 from .objects import SimObjects
-from .oracle import Drained, Verdict, judge
+from .oracle import Claim, Drained, Verdict, judge
 from .scheduler import Faults, Scheduler
 from .workload import Event
 
@@ -51,6 +53,13 @@ class Plan:
     skew: float = SKEW
     #: What listings tell of modification times (``SimObjects``): ms, seconds, none.
     stamps: str = "ms"
+    #: Consumers of the dead-letter queue (its acks delete origin records);
+    #: each makes four times ``ops`` calls, as the queue fills late.
+    dlq_consumers: int = 0
+    #: How often a consumer acks several held messages with one ``delete_batch``.
+    batch_acks: float = 0.0
+    #: How often a producer's ``send_batch`` runs beside another of its Queue.
+    twin_batches: float = 0.0
 
 
 @dataclass
@@ -141,20 +150,30 @@ def _run(plan: Plan) -> Report:
     vsqs.Queue(store("src", setup_clock), clock=setup_clock, **config).close()
 
     history = workload.History()
-    setup = workload.Setup(scheduler, opener, history, plan.dead_letter, _redrive)
+    setup = workload.Setup(
+        scheduler,
+        opener,
+        history,
+        plan.dead_letter,
+        _redrive,
+        batch_acks=plan.batch_acks,
+        twin_batches=plan.twin_batches,
+    )
     scripts = random.Random(plan.seed ^ 0xC11E)
     roles: list[tuple[str, Callable[..., None]]] = (
         [("p", workload.producer)] * plan.producers
         + [("c", workload.consumer)] * plan.consumers
         + [("o", workload.operator)] * plan.operators
+        + [("d", functools.partial(workload.consumer, queue="dlq"))] * plan.dlq_consumers
     )
     for i, (role, script) in enumerate(roles):
         name = f"{role}{i}"
         rng = random.Random(scripts.getrandbits(64))
         skew = round(scripts.uniform(-plan.skew, plan.skew), 4)
+        ops = plan.ops * (4 if role == "d" else 1)
         scheduler.actor(
             name,
-            lambda s=script, n=name, r=rng, k=skew: _exit_on_error(s, setup, n, r, plan.ops, k),
+            lambda s=script, n=name, r=rng, k=skew, o=ops: _exit_on_error(s, setup, n, r, o, k),
             skew,
         )
     scheduler.run()
@@ -175,11 +194,66 @@ def _run(plan: Plan) -> Report:
         tolerance=2 * (plan.skew + (plan.faults.step_by if plan.faults.step else 0)) + 0.002,
         moved=in_dlq & in_src,
         aliases=aliases,
+        max_receives=config.get("max_receives"),
+        faulted=scheduler.faulted,
+        claims=claims_of(bucket, f"{prefix}/src/"),
+        born=first_keys(bucket, f"{prefix}/src/"),
+        copies=published_twice(bucket, f"{prefix}/dlq/"),
     )
     requests = sum(sum(i.requests.values()) for i in ios)
     return Report(
         plan, verdict, scheduler.fingerprint(), scheduler.steps, requests, scheduler.trace
     )
+
+
+def published_twice(bucket: Bucket, prefix: str) -> set[str]:
+    """Ids published more than once under ``prefix``: keys of receive count 0
+    whose expiry is the id's own time (a move's publish, not a give-back)."""
+    published: Counter[str] = Counter()
+    for key in bucket.born:
+        parsed = names.parse(key[len(prefix) :]) if key.startswith(prefix) else None
+        if parsed is None or parsed.receive_count:
+            continue
+        if parsed.state == names.READY or parsed.expiry_ms == names.id_ms(parsed.id):
+            published[parsed.id] += 1
+    return {message_id for message_id, n in published.items() if n > 1}
+
+
+def first_keys(bucket: Bucket, prefix: str) -> dict[str, float]:
+    """When each message id first had a key under ``prefix`` (its staged
+    ``.new`` aside: a staged message is not sent yet)."""
+    first: dict[str, float] = {}
+    for key, (at, _) in bucket.born.items():
+        parsed = names.parse(key[len(prefix) :]) if key.startswith(prefix) else None
+        if parsed is not None and parsed.state != names.NEW:
+            first[parsed.id] = min(at, first.get(parsed.id, at))
+    return first
+
+
+def claims_of(bucket: Bucket, prefix: str) -> list[Claim]:
+    """Each claim of a message under ``prefix``: a key whose receive count is
+    one more than that of the message's key before it (in the order keys were
+    first written), with what came after it, made by the client that created
+    its move's marker."""
+    keys: dict[str, list[tuple[float, str, names.Name, str]]] = defaultdict(list)
+    for key, (at, writer) in bucket.born.items():
+        parsed = names.parse(key[len(prefix) :]) if key.startswith(prefix) else None
+        if parsed is not None and parsed.state != names.NEW:
+            keys[parsed.id].append((at, writer, parsed, key[len(prefix) :]))
+    claims = []
+    for versions in keys.values():
+        versions.sort(key=lambda v: v[0])
+        for (at, writer, name, _), before, after in zip(
+            versions, [None, *versions], [*versions[1:], None], strict=False
+        ):
+            if before is not None and name.receive_count == before[2].receive_count + 1:
+                following = after[2].receive_count if after is not None else None
+                # The claimer created the move's marker; whoever copied (a
+                # lister finishing an abandoned move) did not claim.
+                marker = bucket.born.get(f"{prefix}{before[3]}{_store_object.MOVED_SUFFIX}")
+                at, writer = marker or (at, writer)
+                claims.append(Claim(names.receipt_name(name), name, at, writer, following))
+    return claims
 
 
 def sibling_ids(written: dict[str, bytes], events: list[Event]) -> dict[str, str]:
@@ -234,7 +308,11 @@ def _drain(
             q.gc()
             while batch := q.receive_batch(10, visibility_timeout=3600):
                 for message in batch:
-                    drained.append(Drained(queue, message.id, message.body, message.receive_count))
+                    # A dead letter shows its origin record (read before the ack removes it).
+                    record = message.dead_lettered is not None if queue == "dlq" else None
+                    drained.append(
+                        Drained(queue, message.id, message.body, message.receive_count, record)
+                    )
                     message.delete()
             q.gc()
     return drained
@@ -252,6 +330,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skew", type=float, default=SKEW, help="clients' clocks within ±SKEW s")
     parser.add_argument("--stamps", default="ms", choices=("ms", "seconds", "none"))
     parser.add_argument("--steps", type=float, default=0.0, help="clock steps per step")
+    parser.add_argument(
+        "--read-errors", type=float, default=0.0, help="failed body GETs per request"
+    )
+    parser.add_argument(
+        "--record-errors", type=float, default=0.0, help="failed record deletes per request"
+    )
+    parser.add_argument("--dlq-consumers", type=int, default=0)
+    parser.add_argument("--batch-acks", type=float, default=0.0, help="delete_batch share")
+    parser.add_argument("--twin-batches", type=float, default=0.0, help="twin send_batch share")
     parser.add_argument("--trace", action="store_true", help="print the schedule")
     args = parser.parse_args(argv)
     failed = 0
@@ -259,11 +346,14 @@ def main(argv: list[str] | None = None) -> int:
         plan = Plan(
             seed,
             args.flavour,
-            Faults(step=args.steps),
+            Faults(step=args.steps, read_error=args.read_errors, record_error=args.record_errors),
             retry_creates=args.retry_creates,
             torn=frozenset(args.torn),
             skew=args.skew,
             stamps=args.stamps,
+            dlq_consumers=args.dlq_consumers,
+            batch_acks=args.batch_acks,
+            twin_batches=args.twin_batches,
         )
         report = run(plan)
         if args.trace:

@@ -5,7 +5,9 @@ thread runs at a time: an actor runs until it sends a request, then parks. The
 scheduler then picks, with a seeded random generator, what happens next among
 everything that could: a request takes effect; a response is delivered, lost
 (the effect happened, the client sees a connection error) or late; a request
-fails with 503 without effect; a client times out while its request is still
+fails with 503 without effect (or, with ``Faults.read_error`` and
+``record_error``, a GET of a message body or a DELETE of an origin record
+fails with a 500 the client does not retry); a client times out while its request is still
 on the wire (it may land later, or never); a client process dies; time jumps;
 a client host's wall clock steps (an NTP step, a resumed VM), which its
 steady clock (``Scheduler.steady``, the bucket's time) never does.
@@ -46,6 +48,11 @@ class Throttled(OSError):
     """HTTP 503 SlowDown: the request was refused without effect."""
 
 
+class Failed(OSError):
+    """HTTP 500 after the client library's own retries (or 403): the request
+    failed without effect, and the client does not send it again."""
+
+
 @dataclass(eq=False)
 class Request:
     number: int
@@ -56,6 +63,10 @@ class Request:
     outcome: tuple[bool, Any] | None = None  # (ok, value or exception)
     #: May the request take effect now? (``join`` waits for another actor's end.)
     ready: Callable[[], bool] = lambda: True
+    #: What a fault of its own may fail: "read" (a GET of a message body,
+    #: ``Faults.read_error``), "record" (a DELETE of an origin record,
+    #: ``Faults.record_error``), or "" (none).
+    fails: str = ""
 
 
 @dataclass(eq=False)
@@ -91,6 +102,13 @@ class Faults:
     #: ``step_by`` (a step of up to twice ``step_by``).
     step: float = 0.0
     step_by: float = 12.0
+    #: A GET of a message body fails without effect (``Failed``: a 500 after
+    #: the client library's retries, or a 403), so one read of a batch fails
+    #: while the others succeed. 0 keeps the schedules of seeds without it.
+    read_error: float = 0.0
+    #: A DELETE (or batched delete) of origin records fails without effect, as
+    #: ``read_error`` (0 keeps the schedules of seeds without it).
+    record_error: float = 0.0
 
 
 @dataclass
@@ -114,6 +132,11 @@ class Scheduler:
         self.steps = 0
         #: Seconds each process's wall clock was stepped by (to its skew).
         self.stepped: dict[str, float] = {}
+        #: The faults vsqs saw, by actor: (actor, the bucket's time, kind), kind
+        #: "crash", "clock_step" (of its process), "read_error", "record_error"
+        #: or the name of the error a request raised after its client's
+        #: retries (``SimObjects``).
+        self.faulted: list[tuple[str, float, str]] = []
 
     # ------------------------------------------------------------ clocks
     @property
@@ -156,9 +179,15 @@ class Scheduler:
         self.call(f"join {other.name}", lambda: None, ready=lambda: other.state == "done")
 
     def call(
-        self, what: str, effect: Callable[[], Any], *, ready: Callable[[], bool] | None = None
+        self,
+        what: str,
+        effect: Callable[[], Any],
+        *,
+        ready: Callable[[], bool] | None = None,
+        fails: str = "",
     ) -> Any:
-        """Send one request from the calling actor and wait for its response."""
+        """Send one request from the calling actor and wait for its response
+        (``fails``: the fault of its own it may meet, ``Request.fails``)."""
         actor = self.current()
         if self.direct or actor is None:
             self._note(f"direct {what}")
@@ -167,7 +196,7 @@ class Scheduler:
             raise Crash(f"{actor.name} is dead")
         with self._cv:
             self._numbers += 1
-            request = Request(self._numbers, actor, what, effect)
+            request = Request(self._numbers, actor, what, effect, fails=fails)
             if ready is not None:
                 request.ready = ready
             elif self.rng.random() < self.faults.stall:  # a request that takes its time
@@ -261,6 +290,9 @@ class Scheduler:
                 out.append((f.slow, lambda r=request: self._apply(r, respond=False)))
                 out.append((f.throttled, lambda r=request: self._refuse(r)))
                 out.append((f.timeout, lambda r=request: self._time_out(r)))
+                rate = {"read": f.read_error, "record": f.record_error}.get(request.fails, 0.0)
+                if rate:
+                    out.append((rate, lambda r=request: self._fail(r)))
             else:
                 out.append((1.0 - f.late_response, lambda r=request: self._respond(r)))
                 out.append((f.lost, lambda r=request: self._lose(r)))
@@ -283,10 +315,13 @@ class Scheduler:
         actor.thread.start()
 
     def _effect(self, request: Request) -> None:
+        self.bucket.writer = request.actor.name if request.actor is not None else ""
         try:
             request.outcome = (True, request.effect())
         except Exception as exc:
             request.outcome = (False, exc)
+        finally:
+            self.bucket.writer = ""
         request.applied = True
 
     def _apply(self, request: Request, *, respond: bool) -> None:
@@ -318,6 +353,20 @@ class Scheduler:
         self._note(f"refuse {request.number}")
         self._deliver(request, (False, Throttled(f"503 SlowDown: {request.what}")))
 
+    def _fail(self, request: Request) -> None:
+        self._note(f"fail {request.number}")
+        self._deliver(request, (False, Failed(f"500 InternalError: {request.what}")))
+
+    def _fault(self, request: Request, kind: str) -> None:
+        if request.actor is not None:
+            self.faulted.append((request.actor.name, self.bucket.now, kind))
+
+    def fault(self, kind: str) -> None:
+        """Note that the calling actor's request raised ``kind`` after retries."""
+        actor = self.current()
+        if actor is not None and not self.direct:
+            self.faulted.append((actor.name, self.bucket.now, kind))
+
     def _time_out(self, request: Request) -> None:
         self._note(f"timeout {request.number}")
         actor = request.actor
@@ -338,6 +387,7 @@ class Scheduler:
     def _crash(self, request: Request) -> None:
         actor = request.actor
         assert actor is not None
+        self._fault(request, "crash")
         self._note(f"crash {actor.process} at {request.number}")
         for other in self._actors:
             if other.process == actor.process:
@@ -359,6 +409,9 @@ class Scheduler:
         by = self.rng.choice([-1.0, 0.0, 1.0]) * self.faults.step_by
         self._note(f"clock of {process} steps to {by:+.3f}")
         self.stepped[process] = by
+        for actor in self._actors:
+            if actor.process == process:
+                self.faulted.append((actor.name, self.bucket.now, "clock_step"))
 
     def fingerprint(self) -> str:
         """A digest of the whole schedule: equal for equal seeds and code."""

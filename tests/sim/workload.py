@@ -7,7 +7,9 @@ expiry their message had before), release, forget it, or race their own
 heartbeat (a second thread of the same ``Queue`` extends the receipt while the
 first acks it, as ``consume()`` and a user's heartbeat thread do). The
 operator runs ``gc``, ``stats``, ``peek``, ``purge``, ``redrive`` and
-reopens its queues. Every call is logged with the bucket's time before and
+reopens its queues. Where a plan says so, consumers also ack several held
+messages with one ``delete_batch`` (``Setup.batch_acks``) and consume the
+dead-letter queue. Every call is logged with the bucket's time before and
 after it and its outcome.
 """
 
@@ -46,6 +48,10 @@ class Event:
     skew: float = 0.0
     #: Seconds of visibility a receive, an extend or a release asked for.
     visibility: float = 0.0
+    #: A ``delete_batch``'s receipts, and what its ``DeleteResult`` said of
+    #: each: "deleted", "stale" or "failed".
+    acked: list[str] = field(default_factory=list)
+    outcomes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -78,6 +84,12 @@ class Setup:
     #: ``redrive(dlq, source)`` on two open queues.
     redrive: Callable[[vsqs.Queue, vsqs.Queue], int]
     bodies: int = 0
+    #: How often a consumer holding several messages acks some with one
+    #: ``delete_batch`` (0: never, and no random draw for it).
+    batch_acks: float = 0.0
+    #: How often a producer's ``send_batch`` has a twin: a second thread of
+    #: the same ``Queue`` sends another batch at once (0: never, no draw).
+    twin_batches: float = 0.0
 
     def body(self, actor: str) -> bytes:
         self.bodies += 1
@@ -105,6 +117,11 @@ def producer(setup: Setup, name: str, rng: random.Random, ops: int, skew: float)
                     e.queue, e.bodies = "src", bs
                     e.ids = q.send_batch(bs)
 
+                if setup.twin_batches and rng.random() < setup.twin_batches:
+                    # Another thread of this Queue sends a batch at the same time.
+                    twin = [setup.body(name) for _ in range(rng.randint(2, 3))]
+                    _twin_batch(setup, name, send_batch, bodies, twin)
+                    continue
                 log(setup.scheduler, name, "send_batch", send_batch)
             else:
                 body, delay = setup.body(name), rng.choice(DELAYS[1:])
@@ -114,6 +131,29 @@ def producer(setup: Setup, name: str, rng: random.Random, ops: int, skew: float)
                     e.ids = [q.send(b, delay=d)]
 
                 log(setup.scheduler, name, "send", send_later)
+
+
+def _twin_batch(
+    setup: Setup,
+    name: str,
+    send_batch: Callable[[Event, list[bytes]], None],
+    bodies: list[bytes],
+    twin_bodies: list[bytes],
+) -> None:
+    """``send_batch`` of ``bodies`` here and of ``twin_bodies`` in a second
+    thread of this process (the same ``Queue``) at once; then wait for it."""
+    scheduler, log = setup.scheduler, setup.history.log
+    me = scheduler.current()
+    assert me is not None
+    twin = f"{name}-twin"
+    other = scheduler.actor(
+        twin,
+        lambda: log(scheduler, twin, "send_batch", lambda e: send_batch(e, twin_bodies)),
+        skew=me.skew,
+        process=me.process,
+    )
+    log(scheduler, name, "send_batch", lambda e: send_batch(e, bodies))
+    scheduler.join(other)
 
 
 def consumer(
@@ -126,6 +166,9 @@ def consumer(
     with setup.opener(queue, clock) as q:
         for _ in range(ops):
             if held and rng.random() < 0.6:
+                if setup.batch_acks and len(held) > 1 and rng.random() < setup.batch_acks:
+                    _ack_batch(setup, name, rng, q, held, queue)
+                    continue
                 message = held.pop(rng.randrange(len(held)))
                 kept = _settle(setup, name, rng, q, message, lineage, queue)
                 if kept is not None:
@@ -146,6 +189,25 @@ def consumer(
             for message in log(scheduler, name, "receive", receive) or ():
                 assert message.receipt is not None
                 lineage.setdefault(message.id, []).append(_expiry(message.receipt))
+
+
+def _ack_batch(
+    setup: Setup, name: str, rng: random.Random, q: vsqs.Queue, held: list[vsqs.Message], queue: str
+) -> None:
+    """Ack two or more held messages with one ``delete_batch``, by message or
+    by bare receipt, and log what its ``DeleteResult`` said of each."""
+    chosen = [held.pop(rng.randrange(len(held))) for _ in range(rng.randint(2, len(held)))]
+    items: list[vsqs.Message | str] = [m if rng.random() < 0.5 else m.receipt or "" for m in chosen]
+
+    def delete_batch(e: Event) -> None:
+        e.queue, e.ids = queue, [m.id for m in chosen]
+        e.acked = [m.receipt or "" for m in chosen]
+        result = q.delete_batch(items)
+        said = {r: "deleted" for r in result.deleted} | {r: "stale" for r in result.stale}
+        said |= {r: "failed" for r in result.failed}
+        e.outcomes = [said[r] for r in e.acked]
+
+    setup.history.log(setup.scheduler, name, "delete_batch", delete_batch)
 
 
 def _expiry(receipt: str) -> int:
