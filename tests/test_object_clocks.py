@@ -12,6 +12,7 @@ Clocks are injected and moved by hand: no test sleeps.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator
 
@@ -19,7 +20,7 @@ import pytest
 
 import vsqs
 from vsqs import _names as names
-from vsqs._store_clock import CLOCK_BOUND
+from vsqs._store_clock import CLOCK_BOUND, WINDOW, StoreClock
 from vsqs._store_object import FINISH_AFTER, ObjectIO, ObjectStore
 
 from .backends import params, select
@@ -251,3 +252,85 @@ def test_a_one_shot_gc_finishes_an_old_abandoned_claim_at_its_first_listing(
     with vsqs.Queue(once_store, clock=an_hour_later) as once:
         repaired = once.gc()
     assert any(name.startswith(sent) for name in repaired), repaired
+
+
+# ------------------------------------------------- after review: the bounds
+class ForeignFuture(FaultyIO):
+    """Lists a foreign file ``notes.txt`` as written an hour ahead (a file a
+    fast host wrote on an sftp- or NFS-backed fsspec store, or ``touch -d``)."""
+
+    def __init__(self, inner: ObjectIO) -> None:
+        super().__init__(inner, "crash", None)
+
+    def listing(self, prefix: str = "") -> Iterator[tuple[str, float | None]]:
+        for name, modified in self.inner.listing(prefix):
+            future = name == "notes.txt" and modified is not None
+            yield name, modified + 3600 if future else modified
+
+
+def test_a_foreign_object_with_a_future_time_ages_nothing(server: Server) -> None:
+    """Only objects vsqs writes tell the store's time: a foreign file listed an
+    hour ahead made a lister finish another client's young ack (which then
+    said stale) and refused every client with ClockSkew."""
+    plain = object_store(server, "foreign-future")
+    lister = ObjectStore(ForeignFuture(plain.io))
+    with vsqs.Queue(plain) as q:
+        q.send(b"m")
+        msg = q.receive()
+        assert msg is not None and msg.receipt is not None
+
+        def a_foreign_file_appears_and_a_client_lists() -> None:
+            plain.io.create("notes.txt", b"not a message")
+            list(lister.list())
+            lister.flush()
+
+        acker = ObjectStore(
+            Interleave(plain.io, on("head", msg.receipt), a_foreign_file_appears_and_a_client_lists)
+        )
+        with vsqs.Queue(acker) as q2:
+            q2.delete(msg.receipt)  # not ReceiptExpired: nobody finished it early
+        assert q.receive() is None
+        assert not [n for n in lister.list() if names.parse(n)]  # gone, and no ClockSkew
+
+
+def test_a_create_that_found_its_name_taken_is_not_the_hosts(server: Server) -> None:
+    """A create refused because the name exists (a move finding the copy an
+    earlier move left) made no object here: its time says nothing of this
+    host's clock (a correct host 40 s later was refused as 'ahead', for good)."""
+    plain = object_store(server, "taken")
+    name = names.MsClock(time.time).next_id()
+    plain.write_new(name, b"m", fsync=False)
+    later = FakeClock(time.time() + 40)  # a correct host, 40 s after the first create
+    second = ObjectStore(plain.io, clock=later)
+    with pytest.raises(FileExistsError):
+        second.write_new(name, b"m", fsync=False)
+    for _ in range(2):
+        assert name in list(second.list())
+
+
+def test_a_bound_of_the_stores_clock_expires_however_long_nothing_was_listed() -> None:
+    """A bound older than two windows no longer counts: a steady clock that
+    drifts 100 ppm would have carried a day-old bound 8.6 s ahead (and aged
+    a young marker past FINISH_AFTER)."""
+    steady = FakeClock(1000.0)
+    store_clock = StoreClock(time.time, steady)
+    store_clock.observed("1", 5000.0)
+    assert store_clock.store_time() == 5000.0
+    steady.advance(2 * WINDOW + 1)
+    assert store_clock.store_time() == -math.inf
+    store_clock.observed("2", 9000.0)  # a day later: only what is new counts
+    assert store_clock.store_time() == 9000.0
+
+
+def test_a_full_listing_forgets_the_sightings_of_names_gone() -> None:
+    """First sightings are kept for names a full listing still shows; a
+    long-running client does not fill its memory (and the cap that evicts)
+    with markers long gone."""
+    steady = FakeClock(1000.0)
+    store_clock = StoreClock(time.time, steady)
+    store_clock.observed("a.moved", None, aged=True)
+    store_clock.observed("b.moved", None, aged=True)
+    steady.advance(20)
+    store_clock.keep_sightings({"b.moved"})
+    assert store_clock.age("b.moved", None) == 20
+    assert store_clock.age("a.moved", None) == 0  # gone: a later one is another

@@ -45,14 +45,16 @@ CLOCK_BOUND = 30.0
 #: Seconds for which a listed time bounds the store's clock: a steady clock
 #: that runs 100 ppm fast gains 30 ms in that time.
 WINDOW = 300.0
-#: Objects whose first sighting (or creation) one client remembers.
-REMEMBERED = 10_000
+#: Objects whose first sighting (or creation) one client remembers; a full
+#: listing forgets the sightings of names it no longer shows.
+REMEMBERED = 100_000
 #: The resolution of listed times assumed when checking a host's lead (S3's).
 RESOLUTION = 1.0
 
 
 class _RecentMax:
-    """The largest value offered in the current and the previous :data:`WINDOW`."""
+    """The largest value offered in the last one or two :data:`WINDOW` (never
+    one offered longer ago, however long nothing was offered)."""
 
     def __init__(self) -> None:
         self._start = -math.inf
@@ -60,10 +62,17 @@ class _RecentMax:
 
     def offer(self, value: float, now: float) -> None:
         if now - self._start > WINDOW:
-            self._start, self._previous, self._current = now, self._current, -math.inf
+            recent = now - self._start <= 2 * WINDOW
+            self._previous = self._current if recent else -math.inf
+            self._start, self._current = now, -math.inf
         self._current = max(self._current, value)
 
-    def value(self) -> float:
+    def value(self, now: float) -> float:
+        age = now - self._start
+        if age > 2 * WINDOW:
+            return -math.inf
+        if age > WINDOW:  # the previous window's offers are over two windows old
+            return self._current
         return max(self._current, self._previous)
 
 
@@ -78,6 +87,7 @@ class StoreClock:
         self._wall = wall
         self._steady = steady
         self._lock = threading.Lock()
+        self._date: float | None = None  # the last Date offered
         self._offset = _RecentMax()  # store time minus steady time, at least
         self._lead = _RecentMax()  # how far the host's clock is ahead of the store's, at least
         self._first_seen: OrderedDict[str, float] = OrderedDict()
@@ -102,7 +112,8 @@ class StoreClock:
 
     def dated(self, date: float | None) -> None:
         """A response said the store's time was ``date`` (or later) just now."""
-        if date is not None:
+        if date is not None and date != self._date:  # a new response
+            self._date = date
             now = self._steady()
             with self._lock:
                 self._offset.offer(date - now, now)
@@ -114,12 +125,26 @@ class StoreClock:
             self._created[name] = wall
             _trim(self._created)
 
+    def not_created(self, name: str) -> None:
+        """``name`` was not created by this client after all (it existed, or
+        another client's move made it)."""
+        with self._lock:
+            self._created.pop(name, None)
+
+    def keep_sightings(self, listed: set[str]) -> None:
+        """A listing of the whole queue showed these aged names: the others are
+        gone, and a later object of one of their names is another one."""
+        with self._lock:
+            for name in [n for n in self._first_seen if n not in listed]:
+                del self._first_seen[name]
+
     # ------------------------------------------------------------- judging
     def store_time(self) -> float:
         """The store's time now, at least (``-inf`` before any listed time)."""
+        now = self._steady()
         with self._lock:
-            offset = self._offset.value()
-        return self._steady() + offset
+            offset = self._offset.value(now)
+        return now + offset
 
     def age(self, name: str, modified: float | None) -> float:
         """How old ``name`` is on the store's clock, at least (see the module docstring)."""
@@ -136,11 +161,6 @@ class StoreClock:
         """Whether ``name`` (listed as modified at ``modified``) is older than ``seconds``."""
         return self.age(name, modified) > seconds
 
-    def forget(self, name: str) -> None:
-        """``name`` is gone: a later object of that name is another one."""
-        with self._lock:
-            self._first_seen.pop(name, None)
-
     def check(self) -> None:
         """Raise :class:`ClockSkew` if the host's clock is known to be more
         than :data:`CLOCK_BOUND` seconds off the store's."""
@@ -150,8 +170,9 @@ class StoreClock:
                 f"this host's clock is at least {behind:.0f} s behind the store's "
                 f"(the bound is {CLOCK_BOUND:.0f} s): synchronise it (docs/protocol.md)"
             )
+        now = self._steady()
         with self._lock:
-            ahead = self._lead.value()
+            ahead = self._lead.value(now)
         if ahead > CLOCK_BOUND:
             raise ClockSkew(
                 f"this host's clock is at least {ahead:.0f} s ahead of the store's "

@@ -397,20 +397,13 @@ class ObjectStore(Store):
         group: Group = []
         group_id = ""
         floors: dict[str, str] = {}  # nonce -> lowest floor id of its batches being sent
-        previous, date = "", None
+        previous = ""
+        aged_names: set[str] = set()  # markers, batch markers and probes listed
         for name, modified in self.io.listing(prefix):
-            if self.io.last_date != date:  # a page's response told the store's time
-                date = self.io.last_date
-                self._ages.dated(date)
-            if name < previous:  # FIFO and the grouping below rest on key order
-                raise UnsupportedStore(
-                    f"{self.url}: the store lists keys out of order ({previous} before {name}); "
-                    "vsqs needs listings in key order (S3 Express directory buckets do not)"
-                )
+            if self._observe(name, modified, previous):
+                aged_names.add(name)
             previous = name
             floor = _sending_floor(name)
-            aged = floor is not None or name.endswith(MOVED_SUFFIX) or name.startswith(PROBE_PREFIX)
-            self._ages.observed(name, modified, aged=aged)
             if floor is not None or name.startswith(PROBE_PREFIX):
                 if settle:  # counts every name, collects nothing
                     continue
@@ -424,6 +417,29 @@ class ObjectStore(Store):
                 group, group_id = [], name[: names.ID_LEN]
             group.append((name, modified))
         yield from _unsent(self._settle(group, settle), floors)
+        if not prefix:  # the whole queue: sightings of names gone since are forgotten
+            self._ages.keep_sightings(aged_names)
+
+    def _observe(self, name: str, modified: float | None, previous: str) -> bool:
+        """Check that a listing shows ``name`` after ``previous``, and tell the
+        store clock what it shows of it (and the ``Date`` of the page's
+        response); whether its age may be asked."""
+        if name < previous:  # FIFO and the grouping of a message's keys rest on key order
+            raise UnsupportedStore(
+                f"{self.url}: the store lists keys out of order ({previous} before {name}); "
+                "vsqs needs listings in key order (S3 Express directory buckets do not)"
+            )
+        self._ages.dated(self.io.last_date)
+        aged = (
+            name.endswith(MOVED_SUFFIX)
+            or name.startswith(PROBE_PREFIX)
+            or _sending_floor(name) is not None
+        )
+        # Only objects vsqs writes tell the store's time: a foreign file's
+        # time may come from anywhere (the host that wrote it, `touch -d`).
+        ours = aged or names.parse(name) is not None or names.origin_id(name) is not None
+        self._ages.observed(name, modified if ours else None, aged=aged)
+        return aged
 
     def names_of(self, message_id: str) -> Names:
         """The id's names with every move under way shown under the name it
@@ -623,6 +639,7 @@ class ObjectStore(Store):
         try:
             self.io.create(name, data)
         except FileExistsError:
+            self._ages.not_created(name)
             raise
         except OSError as exc:
             try:
@@ -630,6 +647,7 @@ class ObjectStore(Store):
                     return
             except FileNotFoundError:
                 pass
+            self._ages.not_created(name)
             raise FileExistsError(name) from exc
 
     def creates_atomically(self, fsync: bool) -> bool:
@@ -694,11 +712,16 @@ class ObjectStore(Store):
         src, dst = move
         marker = src + MOVED_SUFFIX
         started = self._durations()
-        self._commit(marker, dst)  # FileNotFoundError: another client moved it
-        self._ages.creating(dst)
+        self._ages.creating(dst)  # before the commit: a lister may finish the move
+        try:
+            self._commit(marker, dst)  # FileNotFoundError: another client moved it
+        except FileNotFoundError:
+            self._ages.not_created(dst)
+            raise
         try:
             self.io.copy(src, dst)
         except FileNotFoundError:
+            self._ages.not_created(dst)
             self._spend(marker)
             if self._durations() - started >= FINISH_AFTER / 2:
                 # A lister may have finished our own move while we stalled:
