@@ -334,3 +334,17 @@ def test_a_full_listing_forgets_the_sightings_of_names_gone() -> None:
     store_clock.keep_sightings({"b.moved"})
     assert store_clock.age("b.moved", None) == 20
     assert store_clock.age("a.moved", None) == 0  # gone: a later one is another
+
+
+def test_a_host_refused_as_ahead_is_served_again_once_its_bound_expires() -> None:
+    """A host that was 40 s ahead and was set right is refused no longer
+    than two windows (docs/protocol.md: served again within 10 minutes)."""
+    steady, wall = FakeClock(1000.0), FakeClock(5000.0 + 40)
+    store_clock = StoreClock(wall, steady)
+    store_clock.creating("1")
+    store_clock.observed("1", 5000.0)  # the store stamped it 40 s before this host's clock
+    with pytest.raises(vsqs.ClockSkew, match="ahead"):
+        store_clock.check()
+    steady.advance(2 * WINDOW + 1)
+    wall.advance(2 * WINDOW + 1 - 40)  # set right
+    store_clock.check()

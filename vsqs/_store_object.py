@@ -94,11 +94,6 @@ def http_date(value: str | None) -> float | None:
         return None
 
 
-def _monotonic() -> float:
-    """``time.monotonic()``, looked up at each call."""
-    return time.monotonic()
-
-
 #: One id's objects: ``(name, modified)`` (``list`` is a method name in the store).
 Group = list[tuple[str, float | None]]
 Names = list[str]
@@ -294,8 +289,8 @@ class ObjectStore(Store):
         self.url = io.url
         self._clock = clock
         self._monotonic = monotonic
-        self._durations = monotonic or _monotonic
-        steady = monotonic or (_monotonic if clock is time.time else clock)
+        self._durations = monotonic or time.monotonic
+        steady = monotonic or (time.monotonic if clock is time.time else clock)
         self._ages = StoreClock(clock, steady)
         self._lock = threading.Lock()
         self._doomed: dict[str, None] = {}  # acknowledged names to delete (ordered set)
@@ -435,9 +430,9 @@ class ObjectStore(Store):
             or name.startswith(PROBE_PREFIX)
             or _sending_floor(name) is not None
         )
-        # Only objects vsqs writes tell the store's time: a foreign file's
-        # time may come from anywhere (the host that wrote it, `touch -d`).
-        ours = aged or names.parse(name) is not None or names.origin_id(name) is not None
+        # Only objects vsqs writes (their names start with an id) tell the store's
+        # time: a foreign file's may come from anywhere (its host, `touch -d`).
+        ours = aged or names.is_id(name[: names.ID_LEN])
         self._ages.observed(name, modified if ours else None, aged=aged)
         return aged
 
