@@ -97,6 +97,8 @@ class Quirk:
     answer: tuple[int, str, str] | None = None
     #: Headers dropped before forwarding.
     drop: frozenset[str] = frozenset()
+    #: Only requests for which ``where(method, path)`` holds (all if ``None``).
+    where: Callable[[str, str], bool] | None = None
 
 
 class Gate:
@@ -321,7 +323,10 @@ class _Handler(BaseHTTPRequestHandler):
             proxy._log(exchange)
 
         quirk = proxy.quirk
-        if quirk is not None and not quirk.match(self.command, dict(self.headers.items())):
+        if quirk is not None and not (
+            quirk.match(self.command, dict(self.headers.items()))
+            and (quirk.where is None or quirk.where(self.command, self.path))
+        ):
             quirk = None
         answer = _ERRORS.get(fault or "", quirk.answer if quirk is not None else None)
         if answer is not None:

@@ -32,9 +32,10 @@ from vsqs import _store_object
 from vsqs._registry import open_store
 from vsqs._store_object import ObjectIO, ObjectStore
 
+from ._fault_proxy import FaultProxy, Quirk
 from .backends import params, select
 from .conftest import FakeClock
-from .servers import Server
+from .servers import Server, proxied
 from .test_crashes import SCENARIOS, Crash, Expect, open_pair, recover_and_check
 
 
@@ -188,6 +189,35 @@ def test_a_fault_at_any_request_loses_nothing(server: Server, scenario: str, mod
         if mode == "crash":
             assert isinstance(error, Crash), f"request {fault_at} of {total} did not crash"
         recover_and_check(store, clock, expect)
+
+
+def test_gcsfs_errors_are_storage_errors_and_a_claim_is_given_back(
+    gcs_server: Server, gcs_proxy: FaultProxy
+) -> None:
+    """gcsfs raises its own ``HttpError`` (not an ``OSError``) for a status it
+    does not retry: it escaped as is, past ``StorageError`` and past the
+    receiver's give-back of a claim whose body it could not read."""
+    with vsqs.Queue(gcs_server.url(), storage_options=proxied(gcs_server, gcs_proxy)) as q:
+        sent = q.send(b"x")
+        body = Quirk(
+            lambda method, headers: method == "GET",
+            answer=(409, "Conflict", "injected"),
+            where=lambda method, path: "alt=media" in path,
+        )
+        gcs_proxy.quirk = body
+        with pytest.raises(vsqs.StorageError, match="injected"):
+            q.receive()
+        gcs_proxy.quirk = Quirk(
+            lambda method, headers: method == "GET",
+            answer=(409, "Conflict", "injected"),
+            where=lambda method, path: "/o?" in path and "alt=media" not in path,
+        )
+        with pytest.raises(vsqs.StorageError, match="injected"):
+            q.stats()  # a listing
+        gcs_proxy.quirk = None
+        again = q.receive()  # visible at once, the failed claim not counted
+        assert again is not None
+        assert (again.id, again.receive_count) == (sent, 1)
 
 
 def test_a_get_that_fails_after_a_claim_gives_the_claim_back(server: Server) -> None:

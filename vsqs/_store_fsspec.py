@@ -42,7 +42,17 @@ def _modified(entry: dict[str, Any]) -> float | None:
 
 
 class FsspecObjects(ObjectIO):
-    """A queue at ``root`` (a path without protocol) of the fsspec filesystem ``fs``."""
+    """A queue at ``root`` (a path without protocol) of the fsspec filesystem ``fs``.
+
+    A request that fails with one of :attr:`request_errors` (a client
+    library's own errors, not ``OSError``: gcsfs's ``HttpError`` once its
+    retries are spent) raises ``ConnectionError`` instead: an ``OSError`` whose
+    request may or may not have taken effect, as :class:`ObjectIO` says of
+    every ``OSError``, which :class:`vsqs.Queue` reports as ``StorageError``.
+    """
+
+    #: The filesystem's errors that are not ``OSError`` (set by an adapter).
+    request_errors: tuple[type[Exception], ...] = ()
 
     def __init__(self, fs: Any, root: str, url: str, *, bucketed: bool) -> None:
         super().__init__()
@@ -72,6 +82,8 @@ class FsspecObjects(ObjectIO):
                 yield
             except KeyError as exc:  # fsspec's memory filesystem, racing a delete
                 raise FileNotFoundError(str(exc)) from None
+            except self.request_errors as exc:
+                raise ConnectionError(f"{self.url}: {kind}: {exc}") from exc
 
     def _path(self, name: str) -> str:
         return f"{self.root}/{name}"

@@ -66,6 +66,10 @@ class GCSObjects(FsspecObjects):
 
     def __init__(self, fs: Any, root: str, url: str, **kwargs: Any) -> None:
         super().__init__(fs, root, url, **kwargs)
+        from aiohttp import ClientError
+        from gcsfs.retry import HttpError
+
+        self.request_errors = (HttpError, ClientError)
         if not callable(getattr(type(fs)._request, "__wrapped__", None)):
             raise UnsupportedStore(
                 f"{url}: this gcsfs cannot send a request without retrying it; "
@@ -79,17 +83,17 @@ class GCSObjects(FsspecObjects):
         ``prefix``, in name order; the delimiter keeps keys under the queue out."""
         token: str | None = None
         while True:
-            self.count("list")
             try:
-                headers, content = self.fs.call(
-                    "GET",
-                    "b/{}/o",
-                    self.bucket,
-                    prefix=self.prefix + prefix,
-                    delimiter="/",
-                    maxResults=_PAGE,
-                    pageToken=token,
-                )
+                with self._request("list"):
+                    headers, content = self.fs.call(
+                        "GET",
+                        "b/{}/o",
+                        self.bucket,
+                        prefix=self.prefix + prefix,
+                        delimiter="/",
+                        maxResults=_PAGE,
+                        pageToken=token,
+                    )
             except FileNotFoundError:  # no bucket
                 return
             self.last_date = http_date(headers.get("Date")) or self.last_date
@@ -105,9 +109,9 @@ class GCSObjects(FsspecObjects):
     def exists(self, name: str) -> bool:
         """One ``GET`` of the object's metadata, never a cached answer (gcsfs's
         ``info`` also lists the name as a directory, side by side)."""
-        self.count("head")
         try:
-            self.fs.call("GET", "b/{}/o/{}", self.bucket, self.prefix + name, json_out=True)
+            with self._request("head"):
+                self.fs.call("GET", "b/{}/o/{}", self.bucket, self.prefix + name, json_out=True)
         except FileNotFoundError:
             return False
         return True
@@ -121,7 +125,6 @@ class GCSObjects(FsspecObjects):
         return failed
 
     def _remove_batch(self, names: list[str]) -> list[str]:
-        self.count("delete")
         boundary = secrets.token_hex(16)
         bucket = quote(self.bucket, safe="")
         query = urlencode(self.fs._get_params({}))  # the billing project, if any
@@ -134,13 +137,14 @@ class GCSObjects(FsspecObjects):
             for i, name in enumerate(names)
         )
         try:
-            headers, content = self.fs.call(
-                "POST",
-                f"{self.fs._location}/batch/storage/v1",
-                headers={"Content-Type": f'multipart/mixed; boundary="{boundary}"'},
-                data=f"{body}--{boundary}--\r\n",
-            )
-        except Exception:  # gcsfs's HttpError, aiohttp's errors: the outcome is unknown
+            with self._request("delete"):
+                headers, content = self.fs.call(
+                    "POST",
+                    f"{self.fs._location}/batch/storage/v1",
+                    headers={"Content-Type": f'multipart/mixed; boundary="{boundary}"'},
+                    data=f"{body}--{boundary}--\r\n",
+                )
+        except OSError:  # the outcome is unknown
             return names
         statuses = _statuses(headers.get("Content-Type", ""), content)
         return [name for i, name in enumerate(names) if statuses.get(i) not in (200, 204, 404)]
