@@ -220,6 +220,56 @@ def test_gcsfs_errors_are_storage_errors_and_a_claim_is_given_back(
         assert (again.id, again.receive_count) == (sent, 1)
 
 
+class GetsThatRaceAClaimer(FailingGets):
+    """A ``GET`` of a name of an id in ``ids`` fails after ``meanwhile`` ran:
+    another client acts between the claim's read and its give-back."""
+
+    def __init__(self, inner: ObjectIO, meanwhile: Callable[[], None]) -> None:
+        super().__init__(inner)
+        self.meanwhile = meanwhile
+
+    def get(self, name: str) -> bytes:
+        if name[: names.ID_LEN] in self.ids:
+            self.ids.clear()  # the other client's GET succeeds
+            self.meanwhile()
+            raise ConnectionResetError(f"injected: GET {name} reset")
+        return super().get(name)
+
+
+def test_a_give_back_that_loses_to_another_claimer_leaves_the_message_its(
+    server: Server,
+) -> None:
+    """Between a failed body ``GET`` and its give-back, the claim expires and
+    another client claims the message: the give-back's rename loses, the
+    failing receive raises, and the other client's claim stands (its ack
+    deletes the only copy; nothing is given back over it)."""
+    store = open_store(server.url(), server.storage_options)
+    assert isinstance(store, ObjectStore)
+    clock = FakeClock(time.time())
+    other = vsqs.Queue(store, clock=clock)
+    taken: list[vsqs.Message] = []
+
+    def claim_it() -> None:
+        clock.advance(31)  # past the failing claim's visibility timeout
+        msg = other.receive(visibility_timeout=600)
+        assert msg is not None
+        taken.append(msg)
+
+    racing = GetsThatRaceAClaimer(store.io, claim_it)
+    with other, vsqs.Queue(ObjectStore(racing), clock=clock) as client:
+        sent = other.send(b"x")
+        racing.ids = {sent}
+        with pytest.raises(vsqs.StorageError, match="injected"):
+            client.receive(visibility_timeout=30)
+        assert [(m.id, m.receive_count) for m in taken] == [(sent, 2)]
+        assert client.receive() is None  # held by the other client, not given back
+        taken[0].delete()  # the other client's claim stands
+        clock.advance(3600)
+        stats = other.stats()
+        assert (stats.ready, stats.in_flight, stats.delayed) == (0, 0, 0)
+        assert other.receive() is None
+
+
 def test_a_get_that_fails_after_a_claim_gives_the_claim_back(server: Server) -> None:
     """Issue 26: one failed body ``GET`` threw away the whole batch."""
     store = open_store(server.url(), server.storage_options)
