@@ -36,6 +36,7 @@ from typing import Any
 import pytest
 
 from vsqs import _dead_letter, _queue, _store_object
+from vsqs import _names as names
 from vsqs._dead_letter import Origin
 from vsqs._errors import storage_errors
 from vsqs._names import ORIGIN_SUFFIX, Records
@@ -112,6 +113,13 @@ FAULT_PLANS: dict[str, Callable[[int], Plan]] = {
         dlq_consumers=2,
         batch_acks=0.3,
     ),
+    # Redrives crossing consumers of the source and dead-letterings cut short
+    # (requests that time out or stall, clients that die): a message moves
+    # into a queue where another copy of it is being claimed, extended or
+    # released (issue 26, class 4).
+    "crossing-moves": lambda seed: Plan(
+        seed, faults=Faults(timeout=0.08, stall=0.08, crash=0.01), consumers=4, operators=4, ops=14
+    ),
 }
 
 #: Every plan beyond the default, by name.
@@ -155,6 +163,11 @@ REGRESSIONS = {
     "r2-an-ack-failed-by-its-record": FAULT_PLANS["dead-letter-acks"](4),  # class 10
     "r2-a-batch-shown-in-part": FAULT_PLANS["twin-batches"](75),  # class 5
     "r2-a-record-deleted-blind": FAULT_PLANS["slow-dead-letters"](228),  # class 3
+    "r2-a-copy-under-way-taken-for-gone": FAULT_PLANS["crossing-moves"](59),  # class 4
+    # Two dead-letterings of one message at once published two copies under
+    # its id (found on every flavour; the oracle excused it then).
+    "r2-two-dead-letterings-at-once": Plan(24),
+    "r2-two-dead-letterings-at-once-gcs": Plan(24, "gcs"),
 }
 
 
@@ -271,6 +284,22 @@ def _last_floor_wins() -> Callable[..., Any]:
     return namespace["list"]  # type: ignore[no-any-return]
 
 
+def _a_copy_under_way_is_gone(self: ObjectStore, message_id: str) -> list[str]:
+    """Before issue 26 (class 4): a move's "is a copy here?" was a plain
+    listing of the id's names, which hides a copy being moved."""
+    return list(self.list(prefix=message_id))
+
+
+_names_of = ObjectStore.names_of
+
+
+def _no_other_move_seen(self: ObjectStore, message_id: str) -> list[str]:
+    """Before two moves at once were closed: a move into a queue took no
+    other move's record for a move under way (and listed before it wrote its
+    own), so two moves of one message at once both published under its id."""
+    return [n for n in _names_of(self, message_id) if names.origin_id(n) is None]
+
+
 #: A planted bug: a patch of vsqs (owner, attribute, replacement), or none and
 #: a plan that breaks one of its assumptions instead.
 MUTANTS: dict[str, tuple[tuple[object, str, object] | None, Callable[[int], Plan]]] = {
@@ -308,6 +337,11 @@ MUTANTS: dict[str, tuple[tuple[object, str, object] | None, Callable[[int], Plan
     ),
     "no-origin-record": ((_dead_letter, "write_origin", _no_record), Plan),
     "last-floor-wins": ((ObjectStore, "list", _last_floor_wins()), FAULT_PLANS["twin-batches"]),
+    "a-copy-under-way-is-gone": (
+        (ObjectStore, "names_of", _a_copy_under_way_is_gone),
+        FAULT_PLANS["crossing-moves"],
+    ),
+    "two-moves-at-once": ((ObjectStore, "names_of", _no_other_move_seen), Plan),
 }
 #: Planted bugs found only rarely, checked at the seed that found them (a
 #: search would take minutes): class 3 reverted, found once in 300 seeds of

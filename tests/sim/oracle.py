@@ -27,8 +27,11 @@ violation of the promises vsqs makes on every store:
 * **origin records**: every message drained from the dead-letter queue
   shows where it came from (``dead_lettered``): its record is written
   before it is published, and deleted only with it (issue 26, class 3);
-  but two copies published under one id (a message moved twice at once)
-  share their records, which the first one's ack removes;
+* **one copy per id**: a queue never holds two copies of a message under
+  one id: no message name is created (not copied: a move's target) while
+  another name of its id lives in its queue. A second copy (a move cut
+  short, two moves at once, a create that landed late) has a sibling id of
+  its own (issue 26, class 4: two dead-letterings of one message at once);
 * **truthful ``DeleteResult``**: a ``delete_batch`` is judged as the acks it
   made, each with the outcome it reported (``deleted``: returned; ``stale``:
   ``ReceiptExpired``; ``failed``: unknown), by the rules above: a receipt
@@ -64,6 +67,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 
 from vsqs import _names as names
+from vsqs._store_object import MOVED_SUFFIX
 
 from .workload import Event
 
@@ -133,7 +137,8 @@ def judge(
     faulted: list[tuple[str, float, str]] | None = None,
     claims: list[Claim] | None = None,
     born: dict[str, float] | None = None,
-    copies: set[str] | None = None,
+    changes: list[tuple[float, str, str]] | None = None,
+    written: dict[str, bytes] | None = None,
 ) -> Verdict:
     """Check a finished run; ``tolerance``: the largest clock difference between
     clients; ``moved``: ids of messages that entered another queue;
@@ -142,13 +147,15 @@ def judge(
     ``faulted``: the faults vsqs saw, by actor (``Scheduler.faulted``);
     ``claims``: every claim in the source queue (``run.claims_of``);
     ``born``: when each id (as sent) first had a key in the source queue;
-    ``copies``: ids published more than once in the dead-letter queue."""
+    ``changes``: every write and delete of the bucket (``Bucket.changes``),
+    ``written``: the bytes first written to each key (``Bucket.written``)."""
     verdict = Verdict()
     events = [one for event in events for one in _each_ack(event)]
     _check_failed_acks(events, faulted or [], verdict)
     # By the ids as received: each copy of a message has counts of its own.
     _check_counts(events, claims or [], max_receives, faulted or [], verdict)
     _check_batches(events, claims or [], born or {}, faulted or [], verdict)
+    _check_one_copy_per_id(changes or [], written or {}, verdict)
     if aliases:
         events = [replace(e, ids=[aliases.get(i, i) for i in e.ids]) for e in events]
         drained = [replace(d, id=aliases.get(d.id, d.id)) for d in drained]
@@ -181,9 +188,7 @@ def judge(
         if len(queues) > 1 and message_id not in excused:
             verdict.add(f"duplicate: {message_id} drained from {sorted(queues)}")
     for d in drained:
-        # Two copies of one id (moved twice at once) share their records: the
-        # ack of the first removes what its listing showed, the second's too.
-        if d.record is False and d.id not in (copies or set()):
+        if d.record is False:
             verdict.add(f"no origin record: {d.id} drained from {d.queue} without dead_lettered")
     for name in leftovers:
         verdict.add(f"leftover: {name}")
@@ -423,3 +428,31 @@ def _check_batches(
                 f"batch shown in part: a message of {event.actor}'s batch was claimed at "
                 f"{shown:.3f}, before {late[0]} existed"
             )
+
+
+def _check_one_copy_per_id(
+    changes: list[tuple[float, str, str]], written: dict[str, bytes], verdict: Verdict
+) -> None:
+    """One copy per id (the module's docstring): a message name created (a
+    send, a move's publish: not a copy) while a name of its id lives in its
+    queue, and no delete of that name was committed (a marker with an empty
+    target: it is on its way out), is a second copy under one id."""
+    live: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for at, kind, key in changes:
+        queue, _, name = key.rpartition("/")
+        if name.endswith(MOVED_SUFFIX) and kind == "put" and written[key].startswith(b"\n"):
+            name = name[: -len(MOVED_SUFFIX)]  # a committed delete
+            kind = "delete"
+        parsed = names.parse(name)
+        if parsed is None or parsed.state == names.NEW:
+            continue
+        copies = live[queue, parsed.id]
+        if kind == "delete":
+            copies.discard(name)
+            continue
+        if kind == "put" and copies - {name}:
+            verdict.add(
+                f"two copies under one id: {name} created in {queue.rpartition('/')[2]} at "
+                f"{at:.3f} while {sorted(copies)[0]} lived"
+            )
+        copies.add(name)

@@ -13,7 +13,7 @@ import contextlib
 import functools
 import random
 import sys
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -198,25 +198,13 @@ def _run(plan: Plan) -> Report:
         faulted=scheduler.faulted,
         claims=claims_of(bucket, f"{prefix}/src/"),
         born=first_keys(bucket, f"{prefix}/src/"),
-        copies=published_twice(bucket, f"{prefix}/dlq/"),
+        changes=bucket.changes,
+        written=bucket.written,
     )
     requests = sum(sum(i.requests.values()) for i in ios)
     return Report(
         plan, verdict, scheduler.fingerprint(), scheduler.steps, requests, scheduler.trace
     )
-
-
-def published_twice(bucket: Bucket, prefix: str) -> set[str]:
-    """Ids published more than once under ``prefix``: keys of receive count 0
-    whose expiry is the id's own time (a move's publish, not a give-back)."""
-    published: Counter[str] = Counter()
-    for key in bucket.born:
-        parsed = names.parse(key[len(prefix) :]) if key.startswith(prefix) else None
-        if parsed is None or parsed.receive_count:
-            continue
-        if parsed.state == names.READY or parsed.expiry_ms == names.id_ms(parsed.id):
-            published[parsed.id] += 1
-    return {message_id for message_id, n in published.items() if n > 1}
 
 
 def first_keys(bucket: Bucket, prefix: str) -> dict[str, float]:
