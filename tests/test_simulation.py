@@ -35,10 +35,11 @@ from typing import Any
 
 import pytest
 
-from vsqs import _dead_letter, _queue, _store_object
+from vsqs import _dead_letter, _inspect, _queue, _store_object
 from vsqs import _names as names
 from vsqs._dead_letter import Origin
 from vsqs._errors import storage_errors
+from vsqs._inspect import Entry
 from vsqs._names import ORIGIN_SUFFIX, Records
 from vsqs._receiver import Receiver
 from vsqs._store import Store
@@ -168,6 +169,9 @@ REGRESSIONS = {
     # its id (found on every flavour; the oracle excused it then).
     "r2-two-dead-letterings-at-once": Plan(24),
     "r2-two-dead-letterings-at-once-gcs": Plan(24, "gcs"),
+    # stats() counted a message whose claim finished between two pages of
+    # its listing under both names (class 6).
+    "r2-stats-counted-a-move-twice-across-pages": Plan(12),
 }
 
 
@@ -268,20 +272,36 @@ def _no_record(store: Store, message_id: str, origin: Origin) -> None:
     found too, but rarely: ``RARE_MUTANTS``)."""
 
 
-def _last_floor_wins() -> Callable[..., Any]:
-    """Before issue 26 (class 5): a listing kept the last batch marker's floor
-    of each sender, so of two batches of one Queue at once the earlier was
-    shown in part. ``ObjectStore.list`` with that one line put back."""
-    source = textwrap.dedent(inspect.getsource(ObjectStore.list))
-    lowest = "floors.setdefault(floor[-names.NONCE_LEN :], floor)"
-    assert lowest in source
+def _with_line(function: Callable[..., Any], line: str, instead: str) -> Callable[..., Any]:
+    """``function`` of ``vsqs._store_object`` with one ``line`` put back as it was."""
+    source = textwrap.dedent(inspect.getsource(function))
+    assert line in source
     namespace: dict[str, Any] = {}
-    exec(
-        source.replace(lowest, "floors[floor[-names.NONCE_LEN :]] = floor"),
-        vars(_store_object),
-        namespace,
-    )
-    return namespace["list"]  # type: ignore[no-any-return]
+    exec(source.replace(line, instead), vars(_store_object), namespace)
+    return namespace[function.__name__]  # type: ignore[no-any-return]
+
+
+#: Before issue 26 (class 5): a listing kept the last batch marker's floor
+#: of each sender, so of two batches of one Queue at once the earlier was
+#: shown in part.
+_last_floor_wins = _with_line(
+    ObjectStore.list,
+    "floors.setdefault(floor[-names.NONCE_LEN :], floor)",
+    "floors[floor[-names.NONCE_LEN :]] = floor",
+)
+#: Before issue 26 (class 6): a settled listing (``stats()``) finished
+#: abandoned moves, and counted the message at its source and its target.
+_a_settled_listing_finishes_moves = _with_line(
+    ObjectStore._settle,
+    "repair = not settle and self._ages.older(marker, modified, FINISH_AFTER)",
+    "repair = self._ages.older(marker, modified, FINISH_AFTER)",
+)
+
+
+def _names_counted(store: Store, now_ms: int) -> Iterator[Entry]:
+    """Before class 6 was closed for paged listings: ``stats()`` counted
+    names, so a move that finished between two pages counted twice."""
+    return _inspect.entries(store, now_ms, settle=True)
 
 
 def _a_copy_under_way_is_gone(self: ObjectStore, message_id: str) -> list[str]:
@@ -336,7 +356,12 @@ MUTANTS: dict[str, tuple[tuple[object, str, object] | None, Callable[[int], Plan
         FAULT_PLANS["dead-letter-acks"],
     ),
     "no-origin-record": ((_dead_letter, "write_origin", _no_record), Plan),
-    "last-floor-wins": ((ObjectStore, "list", _last_floor_wins()), FAULT_PLANS["twin-batches"]),
+    "last-floor-wins": ((ObjectStore, "list", _last_floor_wins), FAULT_PLANS["twin-batches"]),
+    "a-settled-listing-finishes-moves": (
+        (ObjectStore, "_settle", _a_settled_listing_finishes_moves),
+        Plan,
+    ),
+    "stats-counts-names": ((_inspect, "settled", _names_counted), Plan),
     "a-copy-under-way-is-gone": (
         (ObjectStore, "names_of", _a_copy_under_way_is_gone),
         FAULT_PLANS["crossing-moves"],

@@ -24,6 +24,9 @@ from dataclasses import dataclass, field
 
 FLAVOURS = ("aws", "ceph", "gcs")
 
+#: One write or delete (``Bucket.changes``).
+Change = tuple[float, str, str, str]
+
 
 class Status(Exception):
     """An HTTP error status the bucket answers with (404, 412, 501, 503)."""
@@ -57,15 +60,15 @@ class Bucket:
     born: dict[str, tuple[float, str]] = field(default_factory=dict)
     writer: str = ""
     #: Every write and delete in order, for the oracle: (the bucket's time,
-    #: "put", "copy" or "delete", key).
-    changes: list[tuple[float, str, str]] = field(default_factory=list)
+    #: "put", "copy" or "delete", key, ``writer``).
+    changes: list[Change] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.flavour not in FLAVOURS:
             raise ValueError(f"unknown flavour {self.flavour!r}")
 
     def _write(self, key: str, data: bytes, kind: str = "put") -> str:
-        self.changes.append((self.now, kind, key))
+        self.changes.append((self.now, kind, key, self.writer))
         self.generations += 1
         etag = '"' + hashlib.md5(data).hexdigest() + '"'
         self.objects[key] = Object(data, etag, round(self.now, 3), self.generations)
@@ -106,7 +109,7 @@ class Bucket:
         keys are no error (GCS answers them 404, which vsqs takes as deleted)."""
         for key in keys:
             if self.objects.pop(key, None) is not None:
-                self.changes.append((self.now, "delete", key))
+                self.changes.append((self.now, "delete", key, self.writer))
         return []
 
     def list(self, prefix: str, after: str, limit: int) -> tuple[list[tuple[str, float]], bool]:

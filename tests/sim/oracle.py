@@ -40,6 +40,13 @@ violation of the promises vsqs makes on every store:
   ``delete_batch``) that failed with ``StorageError`` had a request raise
   after the client's retries (but a failed delete of an origin record,
   which fails no ack: issue 26, class 10), or took half ``FINISH_AFTER``;
+* **``stats()`` reads and counts each message once**: a ``stats()`` call
+  writes nothing (no create, no copy: it finishes no move), and the
+  messages it counts in a queue (ready, in flight, delayed; and the
+  dead-letter queue's depth) are no more than the ids that had a message
+  name there at some time while it ran (issue 26, class 6: a settled
+  listing that finished an abandoned move counted it at its source and its
+  target);
 * **batches shown whole**: no message of a ``send_batch`` that returned is
   claimed before all of them exist, unless the send took half
   ``FINISH_AFTER`` or a request of it raised (a create of unknown outcome
@@ -69,6 +76,7 @@ from dataclasses import dataclass, field, replace
 from vsqs import _names as names
 from vsqs._store_object import MOVED_SUFFIX
 
+from .bucket import Change
 from .workload import Event
 
 
@@ -137,7 +145,7 @@ def judge(
     faulted: list[tuple[str, float, str]] | None = None,
     claims: list[Claim] | None = None,
     born: dict[str, float] | None = None,
-    changes: list[tuple[float, str, str]] | None = None,
+    changes: list[Change] | None = None,
     written: dict[str, bytes] | None = None,
 ) -> Verdict:
     """Check a finished run; ``tolerance``: the largest clock difference between
@@ -156,6 +164,7 @@ def judge(
     _check_counts(events, claims or [], max_receives, faulted or [], verdict)
     _check_batches(events, claims or [], born or {}, faulted or [], verdict)
     _check_one_copy_per_id(changes or [], written or {}, verdict)
+    _check_stats(events, changes or [], verdict)
     if aliases:
         events = [replace(e, ids=[aliases.get(i, i) for i in e.ids]) for e in events]
         drained = [replace(d, id=aliases.get(d.id, d.id)) for d in drained]
@@ -431,14 +440,14 @@ def _check_batches(
 
 
 def _check_one_copy_per_id(
-    changes: list[tuple[float, str, str]], written: dict[str, bytes], verdict: Verdict
+    changes: list[Change], written: dict[str, bytes], verdict: Verdict
 ) -> None:
     """One copy per id (the module's docstring): a message name created (a
     send, a move's publish: not a copy) while a name of its id lives in its
     queue, and no delete of that name was committed (a marker with an empty
     target: it is on its way out), is a second copy under one id."""
     live: dict[tuple[str, str], set[str]] = defaultdict(set)
-    for at, kind, key in changes:
+    for at, kind, key, _ in changes:
         queue, _, name = key.rpartition("/")
         if name.endswith(MOVED_SUFFIX) and kind == "put" and written[key].startswith(b"\n"):
             name = name[: -len(MOVED_SUFFIX)]  # a committed delete
@@ -456,3 +465,40 @@ def _check_one_copy_per_id(
                 f"{at:.3f} while {sorted(copies)[0]} lived"
             )
         copies.add(name)
+
+
+def _check_stats(events: list[Event], changes: list[Change], verdict: Verdict) -> None:
+    """``stats()`` reads and counts each message once (the module's docstring)."""
+    lives: dict[tuple[str, str], list[list[float]]] = defaultdict(list)  # [born, gone]
+    live: dict[str, list[float]] = {}
+    for at, kind, key, writer in changes:
+        queue, _, name = key.rpartition("/")
+        for event in events:
+            if (
+                event.op == "stats"
+                and writer == event.actor
+                and kind != "delete"
+                and event.start <= at <= event.end
+            ):
+                verdict.add(f"stats changed something: {kind} {name} by {writer} at {at:.3f}")
+        parsed = names.parse(name)
+        if parsed is None or parsed.state == names.NEW:
+            continue
+        if kind == "delete":
+            live.pop(key, [math.inf])[-1] = at
+        elif key not in live:
+            live[key] = [at, math.inf]
+            lives[queue.rpartition("/")[2], parsed.id].append(live[key])
+    for event in events:
+        for queue, counted in event.counted.items():
+            here = sum(
+                any(born <= event.end and gone >= event.start for born, gone in spans)
+                for (where, _), spans in lives.items()
+                if where == queue
+            )
+            if counted > here:
+                verdict.add(
+                    f"stats counted twice: {event.actor}'s stats() counted {counted} messages "
+                    f"in {queue}, of {here} ids there while it ran ({event.start:.3f}-"
+                    f"{event.end:.3f})"
+                )

@@ -52,6 +52,9 @@ class Event:
     #: each: "deleted", "stale" or "failed".
     acked: list[str] = field(default_factory=list)
     outcomes: list[str] = field(default_factory=list)
+    #: What a ``stats()`` counted, by queue: messages ready, in flight and
+    #: delayed, and the dead-letter queue's depth.
+    counted: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -296,7 +299,7 @@ def operator(setup: Setup, name: str, rng: random.Random, ops: int, skew: float)
             if kind < 0.3:
                 log(scheduler, name, "gc", lambda e, q=q: q.gc())
             elif kind < 0.5:
-                log(scheduler, name, "stats", lambda e, q=q: q.stats())
+                log(scheduler, name, "stats", lambda e, q=q: _stats(e, q))
             elif kind < 0.65:
                 log(scheduler, name, "peek", lambda e, q=q: q.peek(3))
             elif kind < 0.75:
@@ -314,3 +317,10 @@ def operator(setup: Setup, name: str, rng: random.Random, ops: int, skew: float)
                     log(scheduler, name, "redrive", redrive)
     finally:
         queues[-1].close()
+
+
+def _stats(e: Event, q: vsqs.Queue) -> None:
+    stats = q.stats()
+    e.counted = {"src": stats.ready + stats.in_flight + stats.delayed}
+    if stats.dead_letter is not None:
+        e.counted["dlq"] = stats.dead_letter
