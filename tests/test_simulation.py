@@ -35,6 +35,7 @@ from typing import Any
 
 import pytest
 
+import vsqs
 from vsqs import _dead_letter, _inspect, _queue, _store_object
 from vsqs import _names as names
 from vsqs._dead_letter import Origin
@@ -46,6 +47,7 @@ from vsqs._store import Store
 from vsqs._store_clock import StoreClock
 from vsqs._store_object import ObjectStore
 
+from .sim import workload
 from .sim.run import Plan, Report, run
 from .sim.scheduler import Faults
 
@@ -118,10 +120,13 @@ FAULT_PLANS: dict[str, Callable[[int], Plan]] = {
     # (requests that time out or stall, clients that die): a message moves
     # into a queue where another copy of it is being claimed, extended or
     # released (issue 26, class 4).
+    # Operators move batches with `vsqs move src out` (its library loop).
+    "moves": lambda seed: Plan(seed, moves=0.4),
     "crossing-moves": lambda seed: Plan(
         seed, faults=Faults(timeout=0.08, stall=0.08, crash=0.01), consumers=4, operators=4, ops=14
     ),
 }
+
 
 #: Every plan beyond the default, by name.
 PLANS = {**CLOCK_PLANS, **FAULT_PLANS}
@@ -320,6 +325,17 @@ def _no_other_move_seen(self: ObjectStore, message_id: str) -> list[str]:
     return [n for n in _names_of(self, message_id) if names.origin_id(n) is None]
 
 
+def _deletes_before_it_sends(
+    src: vsqs.Queue, dst: vsqs.Queue, batch: list[vsqs.Message], moved: Callable[[int], object]
+) -> vsqs.DeleteResult:
+    """``vsqs move`` with its two steps swapped: a batch deleted at its
+    source before it is sent is lost if its mover dies in between."""
+    acked = src.delete_batch(batch)
+    moved(len(acked.deleted))
+    dst.send_batch([message.body for message in batch])
+    return acked
+
+
 #: A planted bug: a patch of vsqs (owner, attribute, replacement), or none and
 #: a plan that breaks one of its assumptions instead.
 MUTANTS: dict[str, tuple[tuple[object, str, object] | None, Callable[[int], Plan]]] = {
@@ -367,6 +383,10 @@ MUTANTS: dict[str, tuple[tuple[object, str, object] | None, Callable[[int], Plan
         FAULT_PLANS["crossing-moves"],
     ),
     "two-moves-at-once": ((ObjectStore, "names_of", _no_other_move_seen), Plan),
+    "a-move-deletes-before-it-sends": (
+        (workload, "move_batch", _deletes_before_it_sends),
+        FAULT_PLANS["moves"],
+    ),
 }
 #: Planted bugs found only rarely, checked at the seed that found them (a
 #: search would take minutes): class 3 reverted, found once in 300 seeds of

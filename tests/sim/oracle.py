@@ -40,6 +40,12 @@ violation of the promises vsqs makes on every store:
   ``delete_batch``) that failed with ``StorageError`` had a request raise
   after the client's retries (but a failed delete of an origin record,
   which fails no ack: issue 26, class 10), or took half ``FINISH_AFTER``;
+* **``vsqs move`` loses nothing**: a batch it moved is judged at its
+  source as a ``delete_batch`` (above), and each message of it, whatever
+  the move's outcome (it may have died between its send and its delete),
+  is drained from its destination (under an id of its own), or is still
+  somewhere (drained from another queue), or was acknowledged by another
+  receipt or purged since;
 * **``stats()`` reads and counts each message once**: a ``stats()`` call
   writes nothing (no create, no copy: it finishes no move), and the
   messages it counts in a queue (ready, in flight, delayed; and the
@@ -158,6 +164,7 @@ def judge(
     ``changes``: every write and delete of the bucket (``Bucket.changes``),
     ``written``: the bytes first written to each key (``Bucket.written``)."""
     verdict = Verdict()
+    moves = {r for e in events if e.op == "move" for r in e.acked}
     events = [one for event in events for one in _each_ack(event)]
     _check_failed_acks(events, faulted or [], verdict)
     # By the ids as received: each copy of a message has counts of its own.
@@ -168,6 +175,7 @@ def judge(
     if aliases:
         events = [replace(e, ids=[aliases.get(i, i) for i in e.ids]) for e in events]
         drained = [replace(d, id=aliases.get(d.id, d.id)) for d in drained]
+    _check_moves(events, moves, drained, verdict)
     for error in errors:
         verdict.add(f"errors: {error}")
     holds: dict[str, Hold] = {}  # receipt -> the hold it belongs to
@@ -366,7 +374,7 @@ def _each_ack(event: Event) -> list[Event]:
     "stale" one that raised ``ReceiptExpired``, "failed" one that raised
     ``StorageError`` (an outcome unknown); a call that raised or was cut
     short left each outcome unknown."""
-    if event.op != "delete_batch":
+    if event.op not in ("delete_batch", "move"):
         return [event]
     outcomes = event.outcomes if event.ok else ["unknown"] * len(event.acked)
     errors = {"deleted": "", "stale": "ReceiptExpired", "failed": "StorageError"}
@@ -478,7 +486,7 @@ def _check_stats(events: list[Event], changes: list[Change], verdict: Verdict) -
                 event.op == "stats"
                 and writer == event.actor
                 and kind != "delete"
-                and event.start <= at <= event.end
+                and event.start < at <= event.end
             ):
                 verdict.add(f"stats changed something: {kind} {name} by {writer} at {at:.3f}")
         parsed = names.parse(name)
@@ -502,3 +510,27 @@ def _check_stats(events: list[Event], changes: list[Change], verdict: Verdict) -
                     f"in {queue}, of {here} ids there while it ran ({event.start:.3f}-"
                     f"{event.end:.3f})"
                 )
+
+
+def _check_moves(
+    events: list[Event], moves: set[str], drained: list[Drained], verdict: Verdict
+) -> None:
+    """``vsqs move`` loses nothing (the module's docstring); ``events`` with
+    each ack on its own (a move's too: ``moves``, its receipts)."""
+    found = {d.body for d in drained}
+    acked = {
+        e.ids[0]
+        for e in events
+        if e.op == "delete" and e.ids and e.error != "ReceiptExpired" and e.receipt not in moves
+    }
+    purges = [e.end for e in events if e.op == "purge"]
+    for event in events:
+        if event.receipt not in moves or not event.bodies:
+            continue
+        message_id, body = event.ids[0], event.bodies[event.acked.index(event.receipt)]
+        if body in found or message_id in acked or any(end > event.start for end in purges):
+            continue
+        verdict.add(
+            f"lost by a move: {message_id} (moved by {event.actor} at {event.start:.3f}) is "
+            f"neither in out nor anywhere else"
+        )

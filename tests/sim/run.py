@@ -60,6 +60,8 @@ class Plan:
     batch_acks: float = 0.0
     #: How often a producer's ``send_batch`` runs beside another of its Queue.
     twin_batches: float = 0.0
+    #: How often an operator moves a batch with ``vsqs move src out``.
+    moves: float = 0.0
 
 
 @dataclass
@@ -148,6 +150,10 @@ def _run(plan: Plan) -> Report:
         config |= {"max_receives": 1 + plan.seed % 2, "dead_letter": "dlq"}
         vsqs.Queue(store("dlq", setup_clock), clock=setup_clock).close()
     vsqs.Queue(store("src", setup_clock), clock=setup_clock, **config).close()
+    queues = ("src", "dlq") if plan.dead_letter else ("src",)
+    if plan.moves:
+        vsqs.Queue(store("out", setup_clock), clock=setup_clock).close()
+        queues += ("out",)
 
     history = workload.History()
     setup = workload.Setup(
@@ -158,6 +164,7 @@ def _run(plan: Plan) -> Report:
         _redrive,
         batch_acks=plan.batch_acks,
         twin_batches=plan.twin_batches,
+        moves=plan.moves,
     )
     scripts = random.Random(plan.seed ^ 0xC11E)
     roles: list[tuple[str, Callable[..., None]]] = (
@@ -179,7 +186,7 @@ def _run(plan: Plan) -> Report:
     scheduler.run()
 
     errors = [f"{a.name}: {type(a.error).__name__}: {a.error}" for a in scheduler.actors if a.error]
-    drained = _drain(scheduler, opener, plan.dead_letter)
+    drained = _drain(scheduler, opener, queues)
     leftovers = sorted(key for key in bucket.objects if not key.endswith("/" + names.CONFIG_NAME))
     aliases = sibling_ids(bucket.written, history.events)
     in_dlq, in_src = ({
@@ -275,7 +282,7 @@ def _redrive(dlq: vsqs.Queue, source: vsqs.Queue) -> int:
 def _drain(
     scheduler: Scheduler,
     opener: Callable[[str, Callable[[], float]], vsqs.Queue],
-    dead_letter: bool,
+    names_: tuple[str, ...],
 ) -> list[Drained]:
     """Long after the run, with no faults: repair, then receive and ack everything.
 
@@ -285,10 +292,7 @@ def _drain(
     clock = scheduler.clock()
     drained: list[Drained] = []
     with contextlib.ExitStack() as opened:
-        queues = {
-            queue: opened.enter_context(opener(queue, clock))
-            for queue in (("src", "dlq") if dead_letter else ("src",))
-        }
+        queues = {queue: opened.enter_context(opener(queue, clock)) for queue in names_}
         for q in queues.values():
             q.stats()
         scheduler.bucket.now += _store_object.FINISH_AFTER + 1
@@ -327,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dlq-consumers", type=int, default=0)
     parser.add_argument("--batch-acks", type=float, default=0.0, help="delete_batch share")
     parser.add_argument("--twin-batches", type=float, default=0.0, help="twin send_batch share")
+    parser.add_argument("--moves", type=float, default=0.0, help="vsqs move share of operators")
     parser.add_argument("--trace", action="store_true", help="print the schedule")
     args = parser.parse_args(argv)
     failed = 0
@@ -342,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
             dlq_consumers=args.dlq_consumers,
             batch_acks=args.batch_acks,
             twin_batches=args.twin_batches,
+            moves=args.moves,
         )
         report = run(plan)
         if args.trace:

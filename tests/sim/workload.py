@@ -9,7 +9,8 @@ first acks it, as ``consume()`` and a user's heartbeat thread do). The
 operator runs ``gc``, ``stats``, ``peek``, ``purge``, ``redrive`` and
 reopens its queues. Where a plan says so, consumers also ack several held
 messages with one ``delete_batch`` (``Setup.batch_acks``) and consume the
-dead-letter queue. Every call is logged with the bucket's time before and
+dead-letter queue, and the operator moves batches with ``vsqs move``'s
+loop (``Setup.moves``). Every call is logged with the bucket's time before and
 after it and its outcome.
 """
 
@@ -23,6 +24,8 @@ from typing import Any
 
 import vsqs
 from vsqs import _names as names
+from vsqs._cli_interrupt import take
+from vsqs._cli_move import move_batch
 
 from .scheduler import Scheduler
 
@@ -93,6 +96,9 @@ class Setup:
     #: How often a producer's ``send_batch`` has a twin: a second thread of
     #: the same ``Queue`` sends another batch at once (0: never, no draw).
     twin_batches: float = 0.0
+    #: How often an operator's step is a batch of ``vsqs move src out`` (0:
+    #: never, no draw).
+    moves: float = 0.0
 
     def body(self, actor: str) -> bytes:
         self.bodies += 1
@@ -180,18 +186,30 @@ def consumer(
             vt = rng.choice(TIMEOUTS)
 
             def receive(e: Event, n: int = rng.randint(1, 3), vt: float = vt) -> list[vsqs.Message]:
-                e.queue, e.visibility = queue, vt
-                got = q.receive_batch(n, visibility_timeout=vt)
-                e.ids = [m.id for m in got]
-                e.bodies = [m.body for m in got]
-                e.receipts = [m.receipt for m in got if m.receipt]
-                e.counts = [m.receive_count for m in got]
+                got = _received(e, queue, vt, q.receive_batch(n, visibility_timeout=vt))
                 held.extend(got)
                 return got
 
             for message in log(scheduler, name, "receive", receive) or ():
                 assert message.receipt is not None
                 lineage.setdefault(message.id, []).append(_expiry(message.receipt))
+
+
+def _received(e: Event, queue: str, vt: float, got: list[vsqs.Message]) -> list[vsqs.Message]:
+    """Log what a receive of ``queue`` with visibility ``vt`` returned."""
+    e.queue, e.visibility = queue, vt
+    e.ids = [m.id for m in got]
+    e.bodies = [m.body for m in got]
+    e.receipts = [m.receipt for m in got if m.receipt]
+    e.counts = [m.receive_count for m in got]
+    return got
+
+
+def _said(e: Event, result: vsqs.DeleteResult) -> None:
+    """Log what a ``DeleteResult`` said of each receipt ``e`` acked."""
+    said = {r: "deleted" for r in result.deleted} | {r: "stale" for r in result.stale}
+    said |= {r: "failed" for r in result.failed}
+    e.outcomes = [said[r] for r in e.acked]
 
 
 def _ack_batch(
@@ -205,10 +223,7 @@ def _ack_batch(
     def delete_batch(e: Event) -> None:
         e.queue, e.ids = queue, [m.id for m in chosen]
         e.acked = [m.receipt or "" for m in chosen]
-        result = q.delete_batch(items)
-        said = {r: "deleted" for r in result.deleted} | {r: "stale" for r in result.stale}
-        said |= {r: "failed" for r in result.failed}
-        e.outcomes = [said[r] for r in e.acked]
+        _said(e, q.delete_batch(items))
 
     setup.history.log(setup.scheduler, name, "delete_batch", delete_batch)
 
@@ -295,6 +310,9 @@ def operator(setup: Setup, name: str, rng: random.Random, ops: int, skew: float)
     queues = [setup.opener("src", clock)]  # the current one last: reopened now and then
     try:
         for _ in range(ops):
+            if setup.moves and rng.random() < setup.moves:
+                _move(setup, name, rng, queues[-1])
+                continue
             q, kind = queues[-1], rng.random()
             if kind < 0.3:
                 log(scheduler, name, "gc", lambda e, q=q: q.gc())
@@ -324,3 +342,28 @@ def _stats(e: Event, q: vsqs.Queue) -> None:
     e.counted = {"src": stats.ready + stats.in_flight + stats.delayed}
     if stats.dead_letter is not None:
         e.counted["dlq"] = stats.dead_letter
+
+
+def _move(setup: Setup, name: str, rng: random.Random, q: vsqs.Queue) -> None:
+    """One batch of ``vsqs move src out``, as the command moves it: received
+    at ``src`` (``take``), sent to ``out``, then deleted at ``src``
+    (``move_batch``); logged as a receive and a "move" (an ack of each
+    receipt, with what its ``DeleteResult`` said, and the bodies sent)."""
+    scheduler, log = setup.scheduler, setup.history.log
+    vt = rng.choice(TIMEOUTS)
+    with setup.opener("out", q.clock) as out:
+        batch = log(
+            scheduler,
+            name,
+            "receive",
+            lambda e: _received(e, "src", vt, take(q, rng.randint(1, 3), visibility_timeout=vt)),
+        )
+        if not batch:
+            return
+
+        def move(e: Event) -> None:
+            e.queue, e.ids = "src", [m.id for m in batch]
+            e.acked, e.bodies = [m.receipt or "" for m in batch], [m.body for m in batch]
+            _said(e, move_batch(q, out, batch, lambda n: None))
+
+        log(scheduler, name, "move", move)
