@@ -46,6 +46,12 @@ violation of the promises vsqs makes on every store:
   is drained from its destination (under an id of its own), or is still
   somewhere (drained from another queue), or was acknowledged by another
   receipt or purged since;
+* **a Spark write publishes each row once or never**: a write aborted
+  before its commit publishes none of its rows, one whose commit returned
+  publishes each, and none is published twice unless a request of the
+  commit raised (a create of unknown outcome is published again under a
+  fresh id: at least once) (issue 26, class 7: restamped rows); what it
+  staged is gone after the final ``gc()`` (no leftover, above);
 * **``stats()`` reads and counts each message once**: a ``stats()`` call
   writes nothing (no create, no copy: it finishes no move), and the
   messages it counts in a queue (ready, in flight, delayed; and the
@@ -172,6 +178,7 @@ def judge(
     _check_batches(events, claims or [], born or {}, faulted or [], verdict)
     _check_one_copy_per_id(changes or [], written or {}, verdict)
     _check_stats(events, changes or [], verdict)
+    _check_spark_writes(events, written or {}, faulted or [], verdict)
     if aliases:
         events = [replace(e, ids=[aliases.get(i, i) for i in e.ids]) for e in events]
         drained = [replace(d, id=aliases.get(d.id, d.id)) for d in drained]
@@ -534,3 +541,37 @@ def _check_moves(
             f"lost by a move: {message_id} (moved by {event.actor} at {event.start:.3f}) is "
             f"neither in out nor anywhere else"
         )
+
+
+def _check_spark_writes(
+    events: list[Event],
+    written: dict[str, bytes],
+    faulted: list[tuple[str, float, str]],
+    verdict: Verdict,
+) -> None:
+    """A Spark write publishes each row once or never (the module's docstring)."""
+    # A row -> the ids it was published under, but for their nonces: a
+    # copy that a move between queues published again (at least once) under
+    # a sibling id is the same publish.
+    published: dict[bytes, set[str]] = defaultdict(set)
+    for key, data in written.items():
+        queue, _, name = key.rpartition("/")
+        parsed = names.parse(name)
+        if queue.endswith("/src") and parsed is not None and parsed.state != names.NEW:
+            published[data].add(parsed.id[: -names.NONCE_LEN])
+    for event in events:
+        if event.op != "spark_write":
+            continue
+        outcome = event.outcomes[0] if event.outcomes else "cut short"
+        faults = any(a == event.actor and event.start <= at <= event.end for a, at, _ in faulted)
+        for body in event.bodies:
+            ids = published.get(body, set())
+            if (outcome == "aborted" and ids) or (outcome == "committed" and not ids):
+                verdict.add(
+                    f"spark write: {event.actor}'s {outcome} write published {body!r} "
+                    f"{len(ids)} times"
+                )
+            elif len(ids) > 1 and not faults:
+                verdict.add(
+                    f"spark write: {event.actor}'s write published {body!r} as {sorted(ids)}"
+                )

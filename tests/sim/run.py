@@ -62,6 +62,8 @@ class Plan:
     twin_batches: float = 0.0
     #: How often an operator moves a batch with ``vsqs move src out``.
     moves: float = 0.0
+    #: How often an operator writes rows to ``src`` as a Spark job does.
+    spark_writes: float = 0.0
 
 
 @dataclass
@@ -165,6 +167,7 @@ def _run(plan: Plan) -> Report:
         batch_acks=plan.batch_acks,
         twin_batches=plan.twin_batches,
         moves=plan.moves,
+        spark_writes=plan.spark_writes,
     )
     scripts = random.Random(plan.seed ^ 0xC11E)
     roles: list[tuple[str, Callable[..., None]]] = (
@@ -332,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-acks", type=float, default=0.0, help="delete_batch share")
     parser.add_argument("--twin-batches", type=float, default=0.0, help="twin send_batch share")
     parser.add_argument("--moves", type=float, default=0.0, help="vsqs move share of operators")
+    parser.add_argument("--spark-writes", type=float, default=0.0, help="Spark write share")
     parser.add_argument("--trace", action="store_true", help="print the schedule")
     args = parser.parse_args(argv)
     failed = 0
@@ -348,6 +352,7 @@ def main(argv: list[str] | None = None) -> int:
             batch_acks=args.batch_acks,
             twin_batches=args.twin_batches,
             moves=args.moves,
+            spark_writes=args.spark_writes,
         )
         report = run(plan)
         if args.trace:

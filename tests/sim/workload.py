@@ -16,6 +16,8 @@ after it and its outcome.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 import random
 from collections.abc import Callable
@@ -26,6 +28,8 @@ import vsqs
 from vsqs import _names as names
 from vsqs._cli_interrupt import take
 from vsqs._cli_move import move_batch
+from vsqs._inspect import RESTAMP_AFTER, collect_stale_new
+from vsqs._publish import commit, stage, staged_by, unstage
 
 from .scheduler import Scheduler
 
@@ -99,6 +103,9 @@ class Setup:
     #: How often an operator's step is a batch of ``vsqs move src out`` (0:
     #: never, no draw).
     moves: float = 0.0
+    #: How often an operator's step is a Spark write to ``src`` (0: never,
+    #: no draw).
+    spark_writes: float = 0.0
 
     def body(self, actor: str) -> bytes:
         self.bodies += 1
@@ -313,6 +320,10 @@ def operator(setup: Setup, name: str, rng: random.Random, ops: int, skew: float)
             if setup.moves and rng.random() < setup.moves:
                 _move(setup, name, rng, queues[-1])
                 continue
+            if setup.spark_writes and rng.random() < setup.spark_writes:
+                write = functools.partial(_spark_write, setup, rng, q=queues[-1])
+                log(scheduler, name, "spark_write", write)
+                continue
             q, kind = queues[-1], rng.random()
             if kind < 0.3:
                 log(scheduler, name, "gc", lambda e, q=q: q.gc())
@@ -367,3 +378,39 @@ def _move(setup: Setup, name: str, rng: random.Random, q: vsqs.Queue) -> None:
             _said(e, move_batch(q, out, batch, lambda n: None))
 
         log(scheduler, name, "move", move)
+
+
+def _spark_write(setup: Setup, rng: random.Random, e: Event, *, q: vsqs.Queue) -> None:
+    """A Spark write of a few rows to ``q``, as ``vsqs.spark``'s writer makes
+    it on the store: its tasks stage each row as ``<id>.new`` (ids ending in
+    the job's nonce); then, often after ``RESTAMP_AFTER`` (its rows are
+    published under fresh ids), the driver commits them and removes the
+    job's leftovers, or aborts (as Spark does when the job or the commit
+    failed): it unstages them and removes the leftovers. ``e.outcomes``:
+    "committed", "aborted", or "commit failed" (it raised, or the removal of
+    the leftovers after it did; then aborted)."""
+    store, clock = q.store, names.MsClock(q.clock)
+    job, task = f"{rng.getrandbits(48):012x}", f"{rng.getrandbits(16):04x}"
+    e.queue, e.bodies = "src", [setup.body("spark") for _ in range(rng.randint(1, 3))]
+    staged: list[str] = []
+
+    def next_id() -> str:
+        return clock.next_id()[: -len(job + task)] + job + task
+
+    try:
+        for body in e.bodies:
+            staged.append(stage(store, body, next_id))
+        if rng.random() < 0.5:
+            setup.scheduler.sleep(RESTAMP_AFTER + rng.choice([1.0, 5.0]))
+        if rng.random() < 0.75:
+            e.outcomes = ["commit failed"]  # unless it returns
+            commit(store, staged, None, durable=False, clock=clock)
+            collect_stale_new(store, staged_by(store, job), store.url)
+            e.outcomes = ["committed"]
+            return
+    except OSError:
+        pass
+    e.outcomes = e.outcomes or ["aborted"]
+    unstage(store, staged)
+    with contextlib.suppress(OSError):  # left for gc()
+        collect_stale_new(store, staged_by(store, job), store.url)
