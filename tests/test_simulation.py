@@ -11,13 +11,14 @@ clients on a simulated bucket, each judged by the oracle.
   out (``FAULT_PLANS``): body GETs that fail inside a batch; consumers of
   the dead-letter queue, ``delete_batch`` acks and failed origin-record
   deletes (also with requests that time out or stall); two ``send_batch``
-  of one ``Queue`` at once.
+  of one ``Queue`` at once; redrives crossing consumers and dead-letterings
+  cut short; batches of ``vsqs move``; Spark writes (stage, then commit or
+  abort, also after ``RESTAMP_AFTER``).
 * Named regression schedules: the seeds at which the simulation found each
   class of failure of format 1 by itself (``docs/reliability.md``).
 * The simulation itself is checked: a seed replays to the same schedule, in
   this process and in another; and the oracle catches the bugs of planted
-  mutants of the protocol (a test that could not fail would prove nothing),
-  rare ones at the seed that found them.
+  mutants of the protocol (a test that could not fail would prove nothing).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from .sim.run import Plan, Report, run
 from .sim.scheduler import Faults
 
 #: Seconds of random schedules per flavour (``VSQS_SIM_SECONDS`` overrides).
-BUDGET = float(os.environ.get("VSQS_SIM_SECONDS", "12"))
+BUDGET = float(os.environ.get("VSQS_SIM_SECONDS", "6"))
 #: The first seed of the random schedules (``VSQS_SIM_FIRST_SEED`` overrides: a
 #: long run elsewhere explores other seeds than the suite's).
 FIRST_SEED = int(os.environ.get("VSQS_SIM_FIRST_SEED", "100000"))
@@ -137,7 +138,7 @@ PLANS = {**CLOCK_PLANS, **FAULT_PLANS}
 
 @pytest.mark.parametrize("plan", PLANS)
 def test_random_schedules_with_assumptions_varied_keep_every_promise(plan: str) -> None:
-    deadline = time.monotonic() + BUDGET / 2
+    deadline = time.monotonic() + BUDGET / 4
     seed, failed = FIRST_SEED, []
     while seed - FIRST_SEED < MIN_SCHEDULES or time.monotonic() < deadline:
         report = run(PLANS[plan](seed))
@@ -261,7 +262,7 @@ def _a_failed_record_delete_fails_the_ack(store: Store, records: Records) -> Non
             store.delete(name, known=True)
 
 
-def _one_record_name_per_id(store: Store, message_id: str, origin: Origin) -> None:
+def _one_record_name_per_id(store: Store, message_id: str, origin: Origin) -> str:
     """Before issue 26 (class 3): every record of a message was ``<id>.origin``,
     replaced by the next dead-lettering, so that a delete by a listed name
     could remove a record written since."""
@@ -273,11 +274,12 @@ def _one_record_name_per_id(store: Store, message_id: str, origin: Origin) -> No
             store.delete(name, known=True)
         with contextlib.suppress(FileExistsError):
             store.write_new(name, origin.data, fsync=False)
+    return name
 
 
-def _no_record(store: Store, message_id: str, origin: Origin) -> None:
-    """A dead-lettering that writes no origin record (class 3 reverted is
-    found too, but rarely: ``RARE_MUTANTS``)."""
+def _no_record(store: Store, message_id: str, origin: Origin) -> str:
+    """A move that writes no record; the name it would have had."""
+    return names.origin_name(message_id, origin.record_id)
 
 
 def _with_line(function: Callable[..., Any], line: str, instead: str) -> Callable[..., Any]:
@@ -384,6 +386,10 @@ MUTANTS: dict[str, tuple[tuple[object, str, object] | None, Callable[[int], Plan
         (_queue, "remove_records", _a_failed_record_delete_fails_the_ack),
         FAULT_PLANS["dead-letter-acks"],
     ),
+    "one-record-name-per-id": (
+        (_dead_letter, "write_origin", _one_record_name_per_id),
+        FAULT_PLANS["dead-letter-acks"],
+    ),
     "no-origin-record": ((_dead_letter, "write_origin", _no_record), Plan),
     "last-floor-wins": ((ObjectStore, "list", _last_floor_wins), FAULT_PLANS["twin-batches"]),
     "a-settled-listing-finishes-moves": (
@@ -402,18 +408,6 @@ MUTANTS: dict[str, tuple[tuple[object, str, object] | None, Callable[[int], Plan
     ),
     "move-deletes-first": ((workload, "move_batch", _deletes_first), FAULT_PLANS["moves"]),
 }
-#: Planted bugs found only rarely, checked at the seed that found them (a
-#: search would take minutes): class 3 reverted, found once in 300 seeds of
-#: "slow-dead-letters" (none in 150 of "dead-letter-acks"). At 228 an earlier
-#: record under the recurring name (a create that timed out and landed late)
-#: made the next dead-lettering delete it and create it again; that create
-#: timed out and never landed, and the message was published without one.
-RARE_MUTANTS: dict[str, tuple[tuple[object, str, object], Plan]] = {
-    "one-record-name-per-id": (
-        (_dead_letter, "write_origin", _one_record_name_per_id),
-        FAULT_PLANS["slow-dead-letters"](228),
-    ),
-}
 
 
 @pytest.mark.parametrize("mutant", MUTANTS)
@@ -425,13 +419,3 @@ def test_the_simulation_finds_a_planted_bug(mutant: str, monkeypatch: pytest.Mon
         if not run(plan(seed)).verdict:
             return
     pytest.fail(f"{MUTANT_SEEDS} schedules missed the planted bug {mutant!r}")
-
-
-@pytest.mark.parametrize("mutant", RARE_MUTANTS)
-def test_the_simulation_finds_a_rare_planted_bug_at_its_seed(
-    mutant: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    patch, plan = RARE_MUTANTS[mutant]
-    assert run(plan).verdict, "the fixed code keeps every promise at this seed"
-    monkeypatch.setattr(*patch)
-    assert not run(plan).verdict, f"seed {plan.seed} missed the planted bug {mutant!r}"

@@ -193,7 +193,7 @@ def consumer(
             vt = rng.choice(TIMEOUTS)
 
             def receive(e: Event, n: int = rng.randint(1, 3), vt: float = vt) -> list[vsqs.Message]:
-                got = _received(e, queue, vt, q.receive_batch(n, visibility_timeout=vt))
+                got = _received(e, queue, vt, lambda: q.receive_batch(n, visibility_timeout=vt))
                 held.extend(got)
                 return got
 
@@ -202,9 +202,13 @@ def consumer(
                 lineage.setdefault(message.id, []).append(_expiry(message.receipt))
 
 
-def _received(e: Event, queue: str, vt: float, got: list[vsqs.Message]) -> list[vsqs.Message]:
-    """Log what a receive of ``queue`` with visibility ``vt`` returned."""
+def _received(
+    e: Event, queue: str, vt: float, receive: Callable[[], list[vsqs.Message]]
+) -> list[vsqs.Message]:
+    """Log a receive of ``queue`` with visibility ``vt`` (before it runs: it
+    may raise) and what it returned."""
     e.queue, e.visibility = queue, vt
+    got = receive()
     e.ids = [m.id for m in got]
     e.bodies = [m.body for m in got]
     e.receipts = [m.receipt for m in got if m.receipt]
@@ -361,13 +365,13 @@ def _move(setup: Setup, name: str, rng: random.Random, q: vsqs.Queue) -> None:
     (``move_batch``); logged as a receive and a "move" (an ack of each
     receipt, with what its ``DeleteResult`` said, and the bodies sent)."""
     scheduler, log = setup.scheduler, setup.history.log
-    vt = rng.choice(TIMEOUTS)
+    vt, n = rng.choice(TIMEOUTS), rng.randint(1, 3)
     with setup.opener("out", q.clock) as out:
         batch = log(
             scheduler,
             name,
             "receive",
-            lambda e: _received(e, "src", vt, take(q, rng.randint(1, 3), visibility_timeout=vt)),
+            lambda e: _received(e, "src", vt, lambda: take(q, n, visibility_timeout=vt)),
         )
         if not batch:
             return
