@@ -30,7 +30,7 @@ from vsqs import _store_object
 from vsqs._inspect import RESTAMP_AFTER
 from vsqs._publish import commit, stage, unstage
 from vsqs._registry import open_store
-from vsqs._store_object import BATCH, MOVED_SUFFIX, ObjectStore
+from vsqs._store_object import BATCH, MOVED_SUFFIX, ObjectIO, ObjectStore
 
 from ._fault_proxy import FaultProxy, Quirk
 from .conftest import FakeClock
@@ -769,6 +769,45 @@ def test_stats_counts_once_a_move_that_finishes_while_it_lists(memory_server: Se
         stats = counter.stats()
     assert (stats.in_flight, counted(stats)) == (1, 1), stats
     assert raw_names(store) == [target, names.CONFIG_NAME]
+
+
+class OneKeyPages(Interleave):
+    """Lists one key per request, as an S3 listing pages (each page starts
+    after the last key of the one before); runs ``meanwhile`` once, right
+    after the page that showed the name ``after``."""
+
+    def __init__(self, inner: ObjectIO, after: str, meanwhile: Callable[[], object]) -> None:
+        super().__init__(inner, lambda what: False, meanwhile)
+        self.after = after
+
+    def listing(self, prefix: str = "") -> Iterator[tuple[str, float | None]]:
+        last = ""
+        while page := [(n, t) for n, t in self.inner.listing(prefix) if n > last][:1]:
+            yield page[0]
+            last = page[0][0]
+            if last == self.after:
+                self._interleave()
+
+
+def test_stats_counts_once_a_move_that_finishes_between_two_pages_of_its_listing(
+    memory_server: Server,
+) -> None:
+    """Issue 26, class 6 (simulation seed 12): a page of the listing shows a
+    message; it is received (claimed, its source deleted, its marker
+    collected) before the next page, which shows its target. Both names
+    were counted: a message counts once, by its id, under the first name
+    listed."""
+    store = object_store(memory_server)
+    with vsqs.Queue(store) as q:
+        source = q.send(b"x")
+
+    def receive() -> None:
+        with vsqs.Queue(store) as other:  # closing sends its spent marker's delete
+            assert other.receive(visibility_timeout=60) is not None
+
+    with vsqs.Queue(ObjectStore(OneKeyPages(store.io, source, receive))) as counter:
+        stats = counter.stats()
+    assert (stats.ready, counted(stats)) == (1, 1), stats
 
 
 # ------------------------------------------------------------ restamped commits

@@ -11,6 +11,7 @@ resume.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -28,7 +29,7 @@ from ._cli_common import (
 from ._cli_interrupt import checkpoint, release, take
 from ._cli_report import Report, json_option
 from ._errors import MessageTooLarge
-from ._message import Message
+from ._message import DeleteResult, Message
 from ._place import refuse_same
 from ._queue import Queue
 
@@ -114,19 +115,29 @@ def _total(src: Queue, max_messages: int | None) -> int | None:
     return ready if max_messages is None else min(ready, max_messages)
 
 
-def _move_batch(src: Queue, dst: Queue, batch: list[Message], report: Report) -> int:
-    """Send ``batch`` to ``dst``, then delete it at ``src``; return how many
-    were deleted. On any failure, release at ``src`` what is still held
-    there (what was sent is then in both queues)."""
+def move_batch(
+    src: Queue, dst: Queue, batch: list[Message], moved: Callable[[int], object]
+) -> DeleteResult:
+    """Send ``batch`` (held at ``src``) to ``dst``, then delete it at
+    ``src``; tell ``moved`` how many were deleted, and return what the
+    delete did. On any failure (a delete whose outcome is unknown too, which
+    is raised), release at ``src`` what is still held there: what was sent
+    is then in both queues (at least once), never in neither."""
     try:
         dst.send_batch([message.body for message in batch])
         acked = src.delete_batch(batch)
-        report.add("moved", len(acked.deleted))
+        moved(len(acked.deleted))
         for error in acked.failed.values():
             raise error
     except BaseException:
         release(src, batch)
         raise
+    return acked
+
+
+def _move_batch(src: Queue, dst: Queue, batch: list[Message], report: Report) -> int:
+    """:func:`move_batch`, counted in ``report``; return how many were deleted."""
+    acked = move_batch(src, dst, batch, lambda n: report.add("moved", n))
     if acked.stale:
         click.echo(
             f"vsqs: warning: {len(acked.stale)} messages were received again at "
@@ -137,4 +148,4 @@ def _move_batch(src: Queue, dst: Queue, batch: list[Message], report: Report) ->
     return len(acked.deleted)
 
 
-__all__ = ["move"]
+__all__ = ["move", "move_batch"]

@@ -16,6 +16,7 @@ the ack of its message (a redrive's too) when its receiver listed it.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Callable
 from contextlib import ExitStack, suppress
@@ -50,16 +51,19 @@ MOVE_ATTEMPTS = 3
 
 
 class Origin(NamedTuple):
-    """An origin record to write: its record id (fresh, drawn for it alone) and its bytes."""
+    """A record of a move into a queue: its record id (fresh, drawn for it
+    alone) and its bytes, a dead-lettering's origin (``DeadLettered``), or
+    ``b""`` for a redrive's, which records nothing and goes once it served."""
 
     record_id: str
     data: bytes
 
 
-def write_origin(store: Store, message_id: str, origin: Origin) -> None:
+def write_origin(store: Store, message_id: str, origin: Origin) -> str:
     """Create the origin record of ``message_id`` in ``store``, under a name no
-    record ever had (``<id>.<record id>.origin``): records left by earlier
-    moves of the message stay, and readers take the newest.
+    record ever had (``<id>.<record id>.origin``), and return that name:
+    records left by earlier moves of the message stay, and readers take the
+    newest.
 
     Not fsynced: after a power cut a dead letter may have lost its record,
     never the reverse order. A create whose outcome is unknown burns its name
@@ -68,9 +72,10 @@ def write_origin(store: Store, message_id: str, origin: Origin) -> None:
     """
     record_id = origin.record_id
     for _ in range(MOVE_ATTEMPTS):
+        name = names.origin_name(message_id, record_id)
         try:
-            store.write_new(names.origin_name(message_id, record_id), origin.data, fsync=False)
-            return
+            store.write_new(name, origin.data, fsync=False)
+            return name
         except FileExistsError:
             record_id = names.sibling_id(record_id)
     raise StorageError(f"{message_id}: could not write its origin record in {store.url}")
@@ -91,58 +96,79 @@ def remove_records(store: Store, records: names.Records) -> None:
             log.info("%s: the origin record %s is left for gc(): %s", store.url, name, exc)
 
 
-def move_in(
-    store: Store, durable: bool, moved: names.Name, body: bytes, origin: Origin | None = None
-) -> bool:
+def move_in(store: Store, durable: bool, moved: names.Name, body: bytes, origin: Origin) -> bool:
     """Publish in ``store`` a message moved from another queue (where its name
     was ``moved``): visible, receive count 0. Under its id (a ready name), or
     where names must not recur (:attr:`Store.unique_names`), under the next
     version: a name it never had. Returns whether it published.
 
-    ``origin``: the record to write (:func:`write_origin`) before the message
-    is published under an id, so that no copy is ever without one.
+    Every move first writes its record ``origin`` under the id
+    (:func:`write_origin`), then lists the id's names here
+    (:meth:`~vsqs._store.Store.names_of`) and decides:
 
-    An earlier move of it may have published it here already and been cut
-    short before it removed the message at its source: if it is here and
-    nobody received it yet (receive count 0), nothing is published (one
-    listing of the id's names, :meth:`~vsqs._store.Store.names_of`). A copy
-    here that was received is not trusted: it may be on its way out (a
-    dead-lettering crossing a redrive), so the message is published again
-    (at least once).
+    * a copy nobody received (receive count 0) is the message (an earlier
+      move published it and was cut short before it removed it at its
+      source): nothing is published, and the record goes;
+    * a copy that was received may be on its way out (a dead-lettering
+      crossing a redrive), and another move's record without a copy is a
+      move under way, or one whose publish may still land: the message is
+      published again (at least once), under a
+      :func:`~vsqs._names.sibling_id` (the same FIFO position, an id of its
+      own, with a record of its own), and the record under the id goes;
+    * nothing: it is published under its id.
 
-    A second copy of the message in one queue would share its id with the
-    first (and, once both are claimed in the same ms, names): so a copy
-    published while another may exist (one was received here, or is being
-    moved here by another client, or, where names must not recur, a
-    create's outcome was unknown and it may land later) gets a
-    :func:`~vsqs._names.sibling_id`, the same FIFO position under an id of
-    its own.
+    Of two moves of one message at once, the one that lists second sees the
+    first's record (each lists after its own record landed), so two copies
+    never share an id, and so never a name. A record stays with a message
+    published under its id (a redrive's, which records nothing, goes then),
+    and with a name whose create's outcome was unknown (it may land later):
+    ``gc()`` removes it once its id has had no message for the grace period.
     """
     with storage_errors(f"moving {moved.id} into {store.url}"):
-        received_here = False
-        for name in store.names_of(moved.id):
-            here = names.parse(name)
-            if here is not None and here.state != names.NEW:
-                if not here.receive_count:
-                    return False
-                received_here = True
-        message_id = names.sibling_id(moved.id) if received_here else moved.id
+        record = write_origin(store, moved.id, origin)
+        here = _copy_here(store, moved.id, record)
+        if here is not None:
+            remove_records(store, (record,))
+            if not here:
+                return False
+        message_id = names.sibling_id(moved.id) if here else moved.id
         if not store.unique_names:
-            if origin is not None:
+            if message_id != moved.id and origin.data:
                 write_origin(store, message_id, origin)
-            return publish(store, durable, message_id, body, message_id, replace_new=True)
+            published = publish(store, durable, message_id, body, message_id, replace_new=True)
+            if published and message_id == moved.id and not origin.data:
+                remove_records(store, (record,))
+            return published
         for _ in range(MOVE_ATTEMPTS):
             # Visible since it was sent, whatever the clock; a name that is
             # burned (a create of unknown outcome, which may land later: at
             # least once) is not used again, nor is its id (its record stays
             # until gc() finds it without a message).
             final = names.invisible_name(message_id, names.id_ms(moved.id), 0, moved.version + 1)
-            if origin is not None:
+            if message_id != moved.id and origin.data:
                 write_origin(store, message_id, origin)
             if publish(store, durable, message_id, body, final, replace_new=False):
+                if message_id == moved.id and not origin.data:
+                    remove_records(store, (record,))
                 return True
             message_id = names.sibling_id(moved.id)
         raise StorageError(f"{moved.id}: could not publish it in {MOVE_ATTEMPTS} attempts")
+
+
+def _copy_here(store: Store, message_id: str, record: str) -> bool | None:
+    """What a move of ``message_id`` into ``store`` finds there, besides its
+    own ``record``: ``False`` a copy nobody received, ``True`` a copy that
+    was received or another move's record, ``None`` nothing."""
+    found: bool | None = None
+    for name in store.names_of(message_id):
+        here = names.parse(name)
+        if here is not None and here.state != names.NEW:
+            if not here.receive_count:
+                return False
+            found = True
+        elif name != record and names.origin_id(name) == message_id:
+            found = True
+    return found
 
 
 def check_target(target: str | None, own_url: str, *, given: bool) -> None:
@@ -240,19 +266,19 @@ def collect_origins(store: Store, now_ms: int, grace_ms: int) -> list[str]:
     """Remove the origin records whose message is gone; return their names.
 
     A record is written before its message is published, so one without a
-    message may belong to a dead-lettering under way: it is removed only
-    once it is older than ``grace_ms`` (by the time it records; an unreadable
-    one at once). A message must be missing from two listings, which show
-    messages being moved under the name they leave: a directory listing may
-    miss a name renamed while it runs.
+    message may belong to a move under way: it is removed only once it is
+    older than ``grace_ms``, by its record id's time (a record named
+    ``<id>.origin``, written before record ids, by the time it records; an
+    unreadable one at once). A message must be missing from two listings,
+    which show messages being moved under the name they leave: a directory
+    listing may miss a name renamed while it runs.
     """
     candidates = _orphan_origins(store)
     if candidates:
         candidates &= _orphan_origins(store)
     removed: list[str] = []
     for name in sorted(candidates):
-        record = read_record(store, name)
-        if record is not None and now_ms - record.at.timestamp() * 1000 < grace_ms:
+        if now_ms - _written_ms(store, name) < grace_ms:
             continue
         with suppress(FileNotFoundError):
             store.delete(name, known=True)
@@ -260,6 +286,16 @@ def collect_origins(store: Store, now_ms: int, grace_ms: int) -> list[str]:
     if removed:
         log.info("%s: removed %d origin records of messages gone", store.url, len(removed))
     return removed
+
+
+def _written_ms(store: Store, name: str) -> float:
+    """When the record ``name`` was written (unix ms, by its writer's clock);
+    ``-inf`` for a record named ``<id>.origin`` that does not read as one."""
+    record = names.origin_record(name)
+    if record is not None and record[1]:
+        return names.id_ms(record[1])
+    found = read_record(store, name)
+    return -math.inf if found is None else found.at.timestamp() * 1000
 
 
 def _orphan_origins(store: Store) -> set[str]:
@@ -317,7 +353,8 @@ def _move_back(message: Message, dlq: Queue, target: Queue) -> bool:
     removes them; others are left to ``gc()``); whether it was still held there."""
     held = names.parse(message.receipt or "")
     assert held is not None
-    move_in(target.store, target.durable, held, message.body)
+    record_id = names.MsClock(target.clock).next_id()
+    move_in(target.store, target.durable, held, message.body, Origin(record_id, b""))
     try:
         dlq.delete(message)
     except ReceiptExpired:

@@ -167,16 +167,37 @@ def _earliest(current: int | None, ms: int) -> int:
     return ms if current is None else min(current, ms)
 
 
-def tally(store: Store, now_ms: int) -> Tally:
-    """Counts by state from one settled listing: each message once (a move
-    under way or abandoned at the name it leaves), and nothing repaired."""
-    counts = Tally(now_ms)
+def settled(store: Store, now_ms: int) -> Iterator[Entry]:
+    """The entries of one settled listing, which repairs nothing, with each
+    message once: a move under way or abandoned at the name it leaves, and a
+    message listed under two names (a move that finished while the listing
+    ran, whose source one page showed and whose target a later page did, or
+    a directory listing did) under the first. A queue holds one copy of a
+    message per id, so an id is a message."""
+    seen: set[str] = set()
+    last = ""  # where keys are listed in order, those of one id are adjacent
     for entry in entries(store, now_ms, settle=True):
+        if entry.is_message:
+            message_id = entry.parsed.id
+            if message_id == last or message_id in seen:
+                continue
+            if store.lists_in_order:
+                last = message_id
+            else:
+                seen.add(message_id)
+        yield entry
+
+
+def tally(store: Store, now_ms: int) -> Tally:
+    """Counts by state from one settled listing (:func:`settled`): each
+    message once, and nothing repaired."""
+    counts = Tally(now_ms)
+    for entry in settled(store, now_ms):
         counts.add(entry)
     return counts
 
 
 def message_count(store: Store) -> int:
     """Messages in every state (sends under way not counted), each once, from
-    one settled listing that repairs nothing."""
-    return sum(1 for entry in entries(store, 0, settle=True) if entry.is_message)
+    one settled listing that repairs nothing (:func:`settled`)."""
+    return sum(1 for entry in settled(store, 0) if entry.is_message)

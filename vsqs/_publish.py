@@ -80,6 +80,18 @@ def stage(store: Store, data: bytes, next_id: Callable[[], str]) -> str:
         return message_id
 
 
+def staged_by(store: Store, job: str) -> list[str]:
+    """The ``.new`` names in one listing whose id's nonce starts with ``job``
+    (a Spark job's nonce: every id its tasks stage ends in it)."""
+    return [
+        name
+        for name in store.list()
+        if name.endswith(names.NEW_SUFFIX)
+        and (parsed := names.parse(name)) is not None
+        and parsed.id[-names.NONCE_LEN :].startswith(job)
+    ]
+
+
 def unstage(store: Store, staged: Iterable[str]) -> None:
     """Remove what :func:`stage` wrote under these ids (best effort: the
     garbage collection of ``.new`` leftovers removes what this cannot)."""

@@ -24,6 +24,9 @@ from dataclasses import dataclass, field
 
 FLAVOURS = ("aws", "ceph", "gcs")
 
+#: One write or delete (``Bucket.changes``).
+Change = tuple[float, str, str, str]
+
 
 class Status(Exception):
     """An HTTP error status the bucket answers with (404, 412, 501, 503)."""
@@ -56,12 +59,16 @@ class Bucket:
     #: the oracle; ``writer`` is the actor whose request takes effect now.
     born: dict[str, tuple[float, str]] = field(default_factory=dict)
     writer: str = ""
+    #: Every write and delete in order, for the oracle: (the bucket's time,
+    #: "put", "copy" or "delete", key, ``writer``).
+    changes: list[Change] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.flavour not in FLAVOURS:
             raise ValueError(f"unknown flavour {self.flavour!r}")
 
-    def _write(self, key: str, data: bytes) -> str:
+    def _write(self, key: str, data: bytes, kind: str = "put") -> str:
+        self.changes.append((self.now, kind, key, self.writer))
         self.generations += 1
         etag = '"' + hashlib.md5(data).hexdigest() + '"'
         self.objects[key] = Object(data, etag, round(self.now, 3), self.generations)
@@ -91,13 +98,18 @@ class Bucket:
         return self._get(key)
 
     def copy(self, source: str, target: str) -> str:
-        return self._write(target, self._get(source).data)
+        return self.land_copy(target, self._get(source).data)
+
+    def land_copy(self, target: str, data: bytes) -> str:
+        """A copy's write of ``data`` (read from its source) to ``target``."""
+        return self._write(target, data, "copy")
 
     def delete_many(self, keys: list[str]) -> list[str]:
         """A batched delete (S3's ``DeleteObjects``, a GCS batch request); absent
         keys are no error (GCS answers them 404, which vsqs takes as deleted)."""
         for key in keys:
-            self.objects.pop(key, None)
+            if self.objects.pop(key, None) is not None:
+                self.changes.append((self.now, "delete", key, self.writer))
         return []
 
     def list(self, prefix: str, after: str, limit: int) -> tuple[list[tuple[str, float]], bool]:

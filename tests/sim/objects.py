@@ -178,7 +178,7 @@ class SimObjects(ObjectIO):
                 self._torn(
                     f"copy {source} {dst}",
                     lambda: self.bucket.get(source),
-                    lambda data: self.bucket.put(target, data),
+                    lambda data: self.bucket.land_copy(target, data),
                 )
             else:
                 self._request(f"copy {source} {dst}", lambda: self.bucket.copy(source, target))

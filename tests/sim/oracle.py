@@ -27,8 +27,11 @@ violation of the promises vsqs makes on every store:
 * **origin records**: every message drained from the dead-letter queue
   shows where it came from (``dead_lettered``): its record is written
   before it is published, and deleted only with it (issue 26, class 3);
-  but two copies published under one id (a message moved twice at once)
-  share their records, which the first one's ack removes;
+* **one copy per id**: a queue never holds two copies of a message under
+  one id: no message name is created (not copied: a move's target) while
+  another name of its id lives in its queue. A second copy (a move cut
+  short, two moves at once, a create that landed late) has a sibling id of
+  its own (issue 26, class 4: two dead-letterings of one message at once);
 * **truthful ``DeleteResult``**: a ``delete_batch`` is judged as the acks it
   made, each with the outcome it reported (``deleted``: returned; ``stale``:
   ``ReceiptExpired``; ``failed``: unknown), by the rules above: a receipt
@@ -37,6 +40,25 @@ violation of the promises vsqs makes on every store:
   ``delete_batch``) that failed with ``StorageError`` had a request raise
   after the client's retries (but a failed delete of an origin record,
   which fails no ack: issue 26, class 10), or took half ``FINISH_AFTER``;
+* **``vsqs move`` loses nothing**: a batch it moved is judged at its
+  source as a ``delete_batch`` (above), and each message of it, whatever
+  the move's outcome (it may have died between its send and its delete),
+  is drained from its destination (under an id of its own), or is still
+  somewhere (drained from another queue), or was acknowledged by another
+  receipt or purged since;
+* **a Spark write publishes each row once or never**: a write aborted
+  before its commit publishes none of its rows, one whose commit returned
+  publishes each, and none is published twice unless a request of the
+  commit raised (a create of unknown outcome is published again under a
+  fresh id: at least once) (issue 26, class 7: restamped rows); what it
+  staged is gone after the final ``gc()`` (no leftover, above);
+* **``stats()`` reads and counts each message once**: a ``stats()`` call
+  writes nothing (no create, no copy: it finishes no move), and the
+  messages it counts in a queue (ready, in flight, delayed; and the
+  dead-letter queue's depth) are no more than the ids that had a message
+  name there at some time while it ran (issue 26, class 6: a settled
+  listing that finished an abandoned move counted it at its source and its
+  target);
 * **batches shown whole**: no message of a ``send_batch`` that returned is
   claimed before all of them exist, unless the send took half
   ``FINISH_AFTER`` or a request of it raised (a create of unknown outcome
@@ -64,7 +86,9 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 
 from vsqs import _names as names
+from vsqs._store_object import MOVED_SUFFIX
 
+from .bucket import Change
 from .workload import Event
 
 
@@ -133,7 +157,8 @@ def judge(
     faulted: list[tuple[str, float, str]] | None = None,
     claims: list[Claim] | None = None,
     born: dict[str, float] | None = None,
-    copies: set[str] | None = None,
+    changes: list[Change] | None = None,
+    written: dict[str, bytes] | None = None,
 ) -> Verdict:
     """Check a finished run; ``tolerance``: the largest clock difference between
     clients; ``moved``: ids of messages that entered another queue;
@@ -142,16 +167,22 @@ def judge(
     ``faulted``: the faults vsqs saw, by actor (``Scheduler.faulted``);
     ``claims``: every claim in the source queue (``run.claims_of``);
     ``born``: when each id (as sent) first had a key in the source queue;
-    ``copies``: ids published more than once in the dead-letter queue."""
+    ``changes``: every write and delete of the bucket (``Bucket.changes``),
+    ``written``: the bytes first written to each key (``Bucket.written``)."""
     verdict = Verdict()
+    moves = {r for e in events if e.op == "move" for r in e.acked}
     events = [one for event in events for one in _each_ack(event)]
     _check_failed_acks(events, faulted or [], verdict)
     # By the ids as received: each copy of a message has counts of its own.
     _check_counts(events, claims or [], max_receives, faulted or [], verdict)
     _check_batches(events, claims or [], born or {}, faulted or [], verdict)
+    _check_one_copy_per_id(changes or [], written or {}, verdict)
+    _check_stats(events, changes or [], verdict)
+    _check_spark_writes(events, written or {}, faulted or [], verdict)
     if aliases:
         events = [replace(e, ids=[aliases.get(i, i) for i in e.ids]) for e in events]
         drained = [replace(d, id=aliases.get(d.id, d.id)) for d in drained]
+    _check_moves(events, moves, drained, verdict)
     for error in errors:
         verdict.add(f"errors: {error}")
     holds: dict[str, Hold] = {}  # receipt -> the hold it belongs to
@@ -181,9 +212,7 @@ def judge(
         if len(queues) > 1 and message_id not in excused:
             verdict.add(f"duplicate: {message_id} drained from {sorted(queues)}")
     for d in drained:
-        # Two copies of one id (moved twice at once) share their records: the
-        # ack of the first removes what its listing showed, the second's too.
-        if d.record is False and d.id not in (copies or set()):
+        if d.record is False:
             verdict.add(f"no origin record: {d.id} drained from {d.queue} without dead_lettered")
     for name in leftovers:
         verdict.add(f"leftover: {name}")
@@ -352,7 +381,7 @@ def _each_ack(event: Event) -> list[Event]:
     "stale" one that raised ``ReceiptExpired``, "failed" one that raised
     ``StorageError`` (an outcome unknown); a call that raised or was cut
     short left each outcome unknown."""
-    if event.op != "delete_batch":
+    if event.op not in ("delete_batch", "move"):
         return [event]
     outcomes = event.outcomes if event.ok else ["unknown"] * len(event.acked)
     errors = {"deleted": "", "stale": "ReceiptExpired", "failed": "StorageError"}
@@ -423,3 +452,126 @@ def _check_batches(
                 f"batch shown in part: a message of {event.actor}'s batch was claimed at "
                 f"{shown:.3f}, before {late[0]} existed"
             )
+
+
+def _check_one_copy_per_id(
+    changes: list[Change], written: dict[str, bytes], verdict: Verdict
+) -> None:
+    """One copy per id (the module's docstring): a message name created (a
+    send, a move's publish: not a copy) while a name of its id lives in its
+    queue, and no delete of that name was committed (a marker with an empty
+    target: it is on its way out), is a second copy under one id."""
+    live: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for at, kind, key, _ in changes:
+        queue, _, name = key.rpartition("/")
+        if name.endswith(MOVED_SUFFIX) and kind == "put" and written[key].startswith(b"\n"):
+            name = name[: -len(MOVED_SUFFIX)]  # a committed delete
+            kind = "delete"
+        parsed = names.parse(name)
+        if parsed is None or parsed.state == names.NEW:
+            continue
+        copies = live[queue, parsed.id]
+        if kind == "delete":
+            copies.discard(name)
+            continue
+        if kind == "put" and copies - {name}:
+            verdict.add(
+                f"two copies under one id: {name} created in {queue.rpartition('/')[2]} at "
+                f"{at:.3f} while {sorted(copies)[0]} lived"
+            )
+        copies.add(name)
+
+
+def _check_stats(events: list[Event], changes: list[Change], verdict: Verdict) -> None:
+    """``stats()`` reads and counts each message once (the module's docstring)."""
+    lives: dict[tuple[str, str], list[list[float]]] = defaultdict(list)  # [born, gone]
+    live: dict[str, list[float]] = {}
+    for at, kind, key, writer in changes:
+        queue, _, name = key.rpartition("/")
+        for event in events:
+            if (
+                event.op == "stats"
+                and writer == event.actor
+                and kind != "delete"
+                and event.start < at <= event.end
+            ):
+                verdict.add(f"stats changed something: {kind} {name} by {writer} at {at:.3f}")
+        parsed = names.parse(name)
+        if parsed is None or parsed.state == names.NEW:
+            continue
+        if kind == "delete":
+            live.pop(key, [math.inf])[-1] = at
+        elif key not in live:
+            live[key] = [at, math.inf]
+            lives[queue.rpartition("/")[2], parsed.id].append(live[key])
+    for event in events:
+        for queue, counted in event.counted.items():
+            here = sum(
+                any(born <= event.end and gone >= event.start for born, gone in spans)
+                for (where, _), spans in lives.items()
+                if where == queue
+            )
+            if counted > here:
+                verdict.add(
+                    f"stats counted twice: {event.actor}'s stats() counted {counted} messages "
+                    f"in {queue}, of {here} ids there while it ran ({event.start:.3f}-"
+                    f"{event.end:.3f})"
+                )
+
+
+def _check_moves(
+    events: list[Event], moves: set[str], drained: list[Drained], verdict: Verdict
+) -> None:
+    """``vsqs move`` loses nothing (the module's docstring); ``events`` with
+    each ack on its own (a move's too: ``moves``, its receipts)."""
+    found = {d.body for d in drained}
+    acked = {
+        e.ids[0]
+        for e in events
+        if e.op == "delete" and e.ids and e.error != "ReceiptExpired" and e.receipt not in moves
+    }
+    purges = [e.end for e in events if e.op == "purge"]
+    for event in events:
+        if event.receipt not in moves or not event.bodies:
+            continue
+        message_id, body = event.ids[0], event.bodies[event.acked.index(event.receipt)]
+        if body in found or message_id in acked or any(end > event.start for end in purges):
+            continue
+        verdict.add(
+            f"lost by a move: {message_id} (moved by {event.actor} at {event.start:.3f}) is "
+            f"neither in out nor anywhere else"
+        )
+
+
+def _check_spark_writes(
+    events: list[Event],
+    written: dict[str, bytes],
+    faulted: list[tuple[str, float, str]],
+    verdict: Verdict,
+) -> None:
+    """A Spark write publishes each row once or never (the module's docstring)."""
+    # A row -> the ids it was published under, but for their nonces: a
+    # copy that a move between queues published again (at least once) under
+    # a sibling id is the same publish.
+    published: dict[bytes, set[str]] = defaultdict(set)
+    for key, data in written.items():
+        queue, _, name = key.rpartition("/")
+        parsed = names.parse(name)
+        if queue.endswith("/src") and parsed is not None and parsed.state != names.NEW:
+            published[data].add(parsed.id[: -names.NONCE_LEN])
+    for event in events:
+        if event.op != "spark_write":
+            continue
+        outcome = event.outcomes[0] if event.outcomes else "cut short"
+        faults = any(a == event.actor and event.start <= at <= event.end for a, at, _ in faulted)
+        for body in event.bodies:
+            ids = published.get(body, set())
+            if (outcome == "aborted" and ids) or (outcome == "committed" and not ids):
+                verdict.add(
+                    f"spark write: {event.actor}'s {outcome} write published {body!r} "
+                    f"{len(ids)} times"
+                )
+            elif len(ids) > 1 and not faults:
+                verdict.add(
+                    f"spark write: {event.actor}'s write published {body!r} as {sorted(ids)}"
+                )

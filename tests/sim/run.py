@@ -13,7 +13,7 @@ import contextlib
 import functools
 import random
 import sys
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,6 +60,10 @@ class Plan:
     batch_acks: float = 0.0
     #: How often a producer's ``send_batch`` runs beside another of its Queue.
     twin_batches: float = 0.0
+    #: How often an operator moves a batch with ``vsqs move src out``.
+    moves: float = 0.0
+    #: How often an operator writes rows to ``src`` as a Spark job does.
+    spark_writes: float = 0.0
 
 
 @dataclass
@@ -148,6 +152,10 @@ def _run(plan: Plan) -> Report:
         config |= {"max_receives": 1 + plan.seed % 2, "dead_letter": "dlq"}
         vsqs.Queue(store("dlq", setup_clock), clock=setup_clock).close()
     vsqs.Queue(store("src", setup_clock), clock=setup_clock, **config).close()
+    queues = ("src", "dlq") if plan.dead_letter else ("src",)
+    if plan.moves:
+        vsqs.Queue(store("out", setup_clock), clock=setup_clock).close()
+        queues += ("out",)
 
     history = workload.History()
     setup = workload.Setup(
@@ -158,6 +166,8 @@ def _run(plan: Plan) -> Report:
         _redrive,
         batch_acks=plan.batch_acks,
         twin_batches=plan.twin_batches,
+        moves=plan.moves,
+        spark_writes=plan.spark_writes,
     )
     scripts = random.Random(plan.seed ^ 0xC11E)
     roles: list[tuple[str, Callable[..., None]]] = (
@@ -179,7 +189,7 @@ def _run(plan: Plan) -> Report:
     scheduler.run()
 
     errors = [f"{a.name}: {type(a.error).__name__}: {a.error}" for a in scheduler.actors if a.error]
-    drained = _drain(scheduler, opener, plan.dead_letter)
+    drained = _drain(scheduler, opener, queues)
     leftovers = sorted(key for key in bucket.objects if not key.endswith("/" + names.CONFIG_NAME))
     aliases = sibling_ids(bucket.written, history.events)
     in_dlq, in_src = ({
@@ -198,25 +208,13 @@ def _run(plan: Plan) -> Report:
         faulted=scheduler.faulted,
         claims=claims_of(bucket, f"{prefix}/src/"),
         born=first_keys(bucket, f"{prefix}/src/"),
-        copies=published_twice(bucket, f"{prefix}/dlq/"),
+        changes=bucket.changes,
+        written=bucket.written,
     )
     requests = sum(sum(i.requests.values()) for i in ios)
     return Report(
         plan, verdict, scheduler.fingerprint(), scheduler.steps, requests, scheduler.trace
     )
-
-
-def published_twice(bucket: Bucket, prefix: str) -> set[str]:
-    """Ids published more than once under ``prefix``: keys of receive count 0
-    whose expiry is the id's own time (a move's publish, not a give-back)."""
-    published: Counter[str] = Counter()
-    for key in bucket.born:
-        parsed = names.parse(key[len(prefix) :]) if key.startswith(prefix) else None
-        if parsed is None or parsed.receive_count:
-            continue
-        if parsed.state == names.READY or parsed.expiry_ms == names.id_ms(parsed.id):
-            published[parsed.id] += 1
-    return {message_id for message_id, n in published.items() if n > 1}
 
 
 def first_keys(bucket: Bucket, prefix: str) -> dict[str, float]:
@@ -287,7 +285,7 @@ def _redrive(dlq: vsqs.Queue, source: vsqs.Queue) -> int:
 def _drain(
     scheduler: Scheduler,
     opener: Callable[[str, Callable[[], float]], vsqs.Queue],
-    dead_letter: bool,
+    names_: tuple[str, ...],
 ) -> list[Drained]:
     """Long after the run, with no faults: repair, then receive and ack everything.
 
@@ -297,10 +295,7 @@ def _drain(
     clock = scheduler.clock()
     drained: list[Drained] = []
     with contextlib.ExitStack() as opened:
-        queues = {
-            queue: opened.enter_context(opener(queue, clock))
-            for queue in (("src", "dlq") if dead_letter else ("src",))
-        }
+        queues = {queue: opened.enter_context(opener(queue, clock)) for queue in names_}
         for q in queues.values():
             q.stats()
         scheduler.bucket.now += _store_object.FINISH_AFTER + 1
@@ -339,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dlq-consumers", type=int, default=0)
     parser.add_argument("--batch-acks", type=float, default=0.0, help="delete_batch share")
     parser.add_argument("--twin-batches", type=float, default=0.0, help="twin send_batch share")
+    parser.add_argument("--moves", type=float, default=0.0, help="vsqs move share of operators")
+    parser.add_argument("--spark-writes", type=float, default=0.0, help="Spark write share")
     parser.add_argument("--trace", action="store_true", help="print the schedule")
     args = parser.parse_args(argv)
     failed = 0
@@ -354,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
             dlq_consumers=args.dlq_consumers,
             batch_acks=args.batch_acks,
             twin_batches=args.twin_batches,
+            moves=args.moves,
+            spark_writes=args.spark_writes,
         )
         report = run(plan)
         if args.trace:

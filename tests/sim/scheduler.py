@@ -178,6 +178,11 @@ class Scheduler:
         """Park the calling actor until ``other`` has ended."""
         self.call(f"join {other.name}", lambda: None, ready=lambda: other.state == "done")
 
+    def sleep(self, seconds: float) -> None:
+        """Park the calling actor until the bucket's clock moved on by ``seconds``."""
+        until = self.bucket.now + seconds
+        self.call(f"sleep {seconds}", lambda: None, ready=lambda: self.bucket.now >= until)
+
     def call(
         self,
         what: str,
@@ -282,7 +287,7 @@ class Scheduler:
                 continue
             if not request.ready():
                 continue
-            if request.what.startswith("join "):
+            if request.what.startswith(("join ", "sleep ")):  # no request: it only waits
                 out.append((1.0, lambda r=request: self._apply(r, respond=True)))
                 continue
             if not request.applied:

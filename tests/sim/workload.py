@@ -9,12 +9,15 @@ first acks it, as ``consume()`` and a user's heartbeat thread do). The
 operator runs ``gc``, ``stats``, ``peek``, ``purge``, ``redrive`` and
 reopens its queues. Where a plan says so, consumers also ack several held
 messages with one ``delete_batch`` (``Setup.batch_acks``) and consume the
-dead-letter queue. Every call is logged with the bucket's time before and
+dead-letter queue, and the operator moves batches with ``vsqs move``'s
+loop (``Setup.moves``). Every call is logged with the bucket's time before and
 after it and its outcome.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 import random
 from collections.abc import Callable
@@ -23,6 +26,10 @@ from typing import Any
 
 import vsqs
 from vsqs import _names as names
+from vsqs._cli_interrupt import take
+from vsqs._cli_move import move_batch
+from vsqs._inspect import RESTAMP_AFTER, collect_stale_new
+from vsqs._publish import commit, stage, staged_by, unstage
 
 from .scheduler import Scheduler
 
@@ -52,6 +59,9 @@ class Event:
     #: each: "deleted", "stale" or "failed".
     acked: list[str] = field(default_factory=list)
     outcomes: list[str] = field(default_factory=list)
+    #: What a ``stats()`` counted, by queue: messages ready, in flight and
+    #: delayed, and the dead-letter queue's depth.
+    counted: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -90,6 +100,12 @@ class Setup:
     #: How often a producer's ``send_batch`` has a twin: a second thread of
     #: the same ``Queue`` sends another batch at once (0: never, no draw).
     twin_batches: float = 0.0
+    #: How often an operator's step is a batch of ``vsqs move src out`` (0:
+    #: never, no draw).
+    moves: float = 0.0
+    #: How often an operator's step is a Spark write to ``src`` (0: never,
+    #: no draw).
+    spark_writes: float = 0.0
 
     def body(self, actor: str) -> bytes:
         self.bodies += 1
@@ -177,18 +193,34 @@ def consumer(
             vt = rng.choice(TIMEOUTS)
 
             def receive(e: Event, n: int = rng.randint(1, 3), vt: float = vt) -> list[vsqs.Message]:
-                e.queue, e.visibility = queue, vt
-                got = q.receive_batch(n, visibility_timeout=vt)
-                e.ids = [m.id for m in got]
-                e.bodies = [m.body for m in got]
-                e.receipts = [m.receipt for m in got if m.receipt]
-                e.counts = [m.receive_count for m in got]
+                got = _received(e, queue, vt, lambda: q.receive_batch(n, visibility_timeout=vt))
                 held.extend(got)
                 return got
 
             for message in log(scheduler, name, "receive", receive) or ():
                 assert message.receipt is not None
                 lineage.setdefault(message.id, []).append(_expiry(message.receipt))
+
+
+def _received(
+    e: Event, queue: str, vt: float, receive: Callable[[], list[vsqs.Message]]
+) -> list[vsqs.Message]:
+    """Log a receive of ``queue`` with visibility ``vt`` (before it runs: it
+    may raise) and what it returned."""
+    e.queue, e.visibility = queue, vt
+    got = receive()
+    e.ids = [m.id for m in got]
+    e.bodies = [m.body for m in got]
+    e.receipts = [m.receipt for m in got if m.receipt]
+    e.counts = [m.receive_count for m in got]
+    return got
+
+
+def _said(e: Event, result: vsqs.DeleteResult) -> None:
+    """Log what a ``DeleteResult`` said of each receipt ``e`` acked."""
+    said = {r: "deleted" for r in result.deleted} | {r: "stale" for r in result.stale}
+    said |= {r: "failed" for r in result.failed}
+    e.outcomes = [said[r] for r in e.acked]
 
 
 def _ack_batch(
@@ -202,10 +234,7 @@ def _ack_batch(
     def delete_batch(e: Event) -> None:
         e.queue, e.ids = queue, [m.id for m in chosen]
         e.acked = [m.receipt or "" for m in chosen]
-        result = q.delete_batch(items)
-        said = {r: "deleted" for r in result.deleted} | {r: "stale" for r in result.stale}
-        said |= {r: "failed" for r in result.failed}
-        e.outcomes = [said[r] for r in e.acked]
+        _said(e, q.delete_batch(items))
 
     setup.history.log(setup.scheduler, name, "delete_batch", delete_batch)
 
@@ -292,11 +321,18 @@ def operator(setup: Setup, name: str, rng: random.Random, ops: int, skew: float)
     queues = [setup.opener("src", clock)]  # the current one last: reopened now and then
     try:
         for _ in range(ops):
+            if setup.moves and rng.random() < setup.moves:
+                _move(setup, name, rng, queues[-1])
+                continue
+            if setup.spark_writes and rng.random() < setup.spark_writes:
+                write = functools.partial(_spark_write, setup, rng, q=queues[-1])
+                log(scheduler, name, "spark_write", write)
+                continue
             q, kind = queues[-1], rng.random()
             if kind < 0.3:
                 log(scheduler, name, "gc", lambda e, q=q: q.gc())
             elif kind < 0.5:
-                log(scheduler, name, "stats", lambda e, q=q: q.stats())
+                log(scheduler, name, "stats", lambda e, q=q: _stats(e, q))
             elif kind < 0.65:
                 log(scheduler, name, "peek", lambda e, q=q: q.peek(3))
             elif kind < 0.75:
@@ -314,3 +350,71 @@ def operator(setup: Setup, name: str, rng: random.Random, ops: int, skew: float)
                     log(scheduler, name, "redrive", redrive)
     finally:
         queues[-1].close()
+
+
+def _stats(e: Event, q: vsqs.Queue) -> None:
+    stats = q.stats()
+    e.counted = {"src": stats.ready + stats.in_flight + stats.delayed}
+    if stats.dead_letter is not None:
+        e.counted["dlq"] = stats.dead_letter
+
+
+def _move(setup: Setup, name: str, rng: random.Random, q: vsqs.Queue) -> None:
+    """One batch of ``vsqs move src out``, as the command moves it: received
+    at ``src`` (``take``), sent to ``out``, then deleted at ``src``
+    (``move_batch``); logged as a receive and a "move" (an ack of each
+    receipt, with what its ``DeleteResult`` said, and the bodies sent)."""
+    scheduler, log = setup.scheduler, setup.history.log
+    vt, n = rng.choice(TIMEOUTS), rng.randint(1, 3)
+    with setup.opener("out", q.clock) as out:
+        batch = log(
+            scheduler,
+            name,
+            "receive",
+            lambda e: _received(e, "src", vt, lambda: take(q, n, visibility_timeout=vt)),
+        )
+        if not batch:
+            return
+
+        def move(e: Event) -> None:
+            e.queue, e.ids = "src", [m.id for m in batch]
+            e.acked, e.bodies = [m.receipt or "" for m in batch], [m.body for m in batch]
+            _said(e, move_batch(q, out, batch, lambda n: None))
+
+        log(scheduler, name, "move", move)
+
+
+def _spark_write(setup: Setup, rng: random.Random, e: Event, *, q: vsqs.Queue) -> None:
+    """A Spark write of a few rows to ``q``, as ``vsqs.spark``'s writer makes
+    it on the store: its tasks stage each row as ``<id>.new`` (ids ending in
+    the job's nonce); then, often after ``RESTAMP_AFTER`` (its rows are
+    published under fresh ids), the driver commits them and removes the
+    job's leftovers, or aborts (as Spark does when the job or the commit
+    failed): it unstages them and removes the leftovers. ``e.outcomes``:
+    "committed", "aborted", or "commit failed" (it raised, or the removal of
+    the leftovers after it did; then aborted)."""
+    store, clock = q.store, names.MsClock(q.clock)
+    job, task = f"{rng.getrandbits(48):012x}", f"{rng.getrandbits(16):04x}"
+    e.queue, e.bodies = "src", [setup.body("spark") for _ in range(rng.randint(1, 3))]
+    staged: list[str] = []
+
+    def next_id() -> str:
+        return clock.next_id()[: -len(job + task)] + job + task
+
+    try:
+        for body in e.bodies:
+            staged.append(stage(store, body, next_id))
+        if rng.random() < 0.5:
+            setup.scheduler.sleep(RESTAMP_AFTER + rng.choice([1.0, 5.0]))
+        if rng.random() < 0.75:
+            e.outcomes = ["commit failed"]  # unless it returns
+            commit(store, staged, None, durable=False, clock=clock)
+            collect_stale_new(store, staged_by(store, job), store.url)
+            e.outcomes = ["committed"]
+            return
+    except OSError:
+        pass
+    e.outcomes = e.outcomes or ["aborted"]
+    unstage(store, staged)
+    with contextlib.suppress(OSError):  # left for gc()
+        collect_stale_new(store, staged_by(store, job), store.url)

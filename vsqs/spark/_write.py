@@ -29,7 +29,7 @@ from .. import _names as names
 from .._errors import InvalidArgument, InvalidBody
 from .._inspect import collect_stale_new
 from .._message import as_bytes
-from .._publish import check_sizes, commit, stage, unstage
+from .._publish import check_sizes, commit, stage, staged_by, unstage
 from .._queue import Queue
 from .._store import Store
 from ._options import Options
@@ -59,17 +59,6 @@ def _task_ids(job: str) -> Iterator[str]:
     task = secrets.token_hex((names.NONCE_LEN - JOB_NONCE_LEN) // 2)
     while True:
         yield clock.next_id()[: -names.NONCE_LEN] + job + task
-
-
-def _staged_by(store: Store, job: str) -> list[str]:
-    """The ``.new`` names of ``job`` in one listing."""
-    return [
-        name
-        for name in store.list()
-        if name.endswith(names.NEW_SUFFIX)
-        and (parsed := names.parse(name)) is not None
-        and parsed.id[-names.NONCE_LEN :].startswith(job)
-    ]
 
 
 class QueueWriter(DataSourceWriter):
@@ -137,4 +126,4 @@ class QueueWriter(DataSourceWriter):
     def _remove_leftovers(self, store: Store) -> None:
         """Remove what this job's tasks staged and nobody published: the
         staging of task attempts that were lost or failed without cleaning up."""
-        collect_stale_new(store, _staged_by(store, self.job), f"spark write to {store.url}")
+        collect_stale_new(store, staged_by(store, self.job), f"spark write to {store.url}")
