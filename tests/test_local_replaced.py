@@ -180,3 +180,26 @@ def test_a_consumer_process_finds_out_that_its_queue_directory_was_replaced(
     assert (status, out) == (1, "")
     assert err.startswith("vsqs: error: ") and told_gone(Path(q), how, err[13:-1])
     assert ok("receive", q) == "fresh\n"
+
+
+@pytest.mark.timeout(DEADLINE * 2)
+def test_consume_ends_with_the_error_when_its_queue_directory_is_replaced(tmp_path: Path) -> None:
+    path = tmp_path / "q"
+    store = WaitingStore(str(path), notifications=True)
+    with vsqs.Queue(store) as consumer:
+        outcome: list[object] = []
+
+        def run() -> None:
+            try:
+                outcome.append(consumer.consume(lambda message: None))
+            except BaseException as exc:
+                outcome.append(exc)
+
+        worker = threading.Thread(target=run)
+        worker.start()
+        assert store.waiting.wait(DEADLINE), "consume never waited"
+        replace(path, "removed")
+        worker.join(DEADLINE)
+        assert not worker.is_alive(), "consume never found out"
+        [error] = outcome
+        assert isinstance(error, vsqs.QueueNotFound) and told_gone(path, "removed", str(error))
