@@ -9,6 +9,7 @@ needs no :class:`vsqs.Queue`.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import heapq
 import logging
 import math
@@ -777,6 +778,11 @@ class Receiver:
         token = store.change_token()
         listing = self._list(now_ms, fed, c.young)
         during = store.changes(names.ID_LEN) if fed else None
+        if fed and during is None:
+            # The feed lost events while it listed (an overflow): the names the
+            # listing missed are lost with them, so it is trusted no more than
+            # a listing without a feed (docs/format.md, "FIFO").
+            listing = _without_feed(listing, now_ms, c.young)
         c.refresh(listing, token, during, started, self._clock.elapsed())
         if listing.stale_new:
             collect_stale_new(store, listing.stale_new, store.url)
@@ -786,7 +792,7 @@ class Receiver:
         trust yet, invisible names and their expiry, and stale ``.new`` leftovers."""
         store = self._store
         # "~" sorts after every id: with a feed, no name is young.
-        young_before = "~" if fed else f"{now_ms - YOUNG_MS:013d}"
+        young_before = "~" if fed else _young_from(now_ms)
         stale_before = stale_new_before(now_ms, self._new_grace_ms)
         visible: list[str] = []
         young: list[str] = []
@@ -798,10 +804,7 @@ class Receiver:
         for name in store.list():
             listed += 1
             if len(name) == names.ID_LEN:
-                if name < young_before or name in seen_young:
-                    visible.append(name)
-                else:
-                    young.append(name)
+                (visible if _settled(name, young_before, seen_young) else young).append(name)
             elif name.endswith(names.NEW_SUFFIX):
                 if name < stale_before:
                     stale_new.append(name)
@@ -816,3 +819,27 @@ class Receiver:
                 break  # in key order: the rest of the backlog is newer
         visible.sort()
         return Listing(visible, young, pending, stale_new, listed, origins)
+
+
+def _young_from(now_ms: int) -> str:
+    """Ready names from this one on were issued less than ``YOUNG_MS`` before ``now_ms``."""
+    return f"{now_ms - YOUNG_MS:013d}"
+
+
+def _settled(name: str, young_before: str, seen_young: set[str]) -> bool:
+    """Whether a listed ready name may be claimed: issued before ``young_before``,
+    or seen young by an earlier listing."""
+    return name < young_before or name in seen_young
+
+
+def _without_feed(listing: Listing, now_ms: int, seen_young: set[str]) -> Listing:
+    """``listing``, taken at ``now_ms`` trusting a feed that then lost events,
+    sorted as a listing without a feed: its young ready names wait for a
+    second look."""
+    young_before = _young_from(now_ms)
+    visible: list[str] = []
+    young = list(listing.young)
+    for name in listing.visible:
+        settled = len(name) != names.ID_LEN or _settled(name, young_before, seen_young)
+        (visible if settled else young).append(name)
+    return dataclasses.replace(listing, visible=visible, young=young)
