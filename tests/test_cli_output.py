@@ -124,7 +124,7 @@ def test_stats_watch_shows_the_time_and_the_backlog_rate(tmp_path: Path) -> None
     shutil.rmtree(q)
     status, _, err = finish(proc)
     assert status == 1
-    assert err == f"vsqs: error: {q} is gone: it was removed while being watched\n"
+    assert err == f"vsqs: error: {q}: the queue directory was removed while open: reopen it\n"
 
 
 def test_stats_watch_as_a_table_shows_the_time_and_the_change(tmp_path: Path) -> None:

@@ -55,6 +55,10 @@ _SEQ_LIMIT = 0x10000
 MAX_EXPIRY_MS = 10**13 - 1
 MAX_COUNT = 10**9 - 1
 MAX_VERSION = 10**9 - 1
+#: The last version is kept for the renames that let go of a held message (a
+#: release, a give back): a claim or an extend never takes it, so a holder
+#: can always make its message visible again (docs/format.md, "Names").
+LAST_HELD_VERSION = MAX_VERSION - 1
 
 READY = "ready"
 INVISIBLE = "invisible"
@@ -164,6 +168,12 @@ def invisible_name(message_id: str, expiry_ms: int, count: int, version: int) ->
         raise InvalidArgument(f"message {message_id} was renamed more than {MAX_VERSION} times")
     expiry = min(max(expiry_ms, 0), MAX_EXPIRY_MS)
     return f"{message_id}.{expiry:013d}.{min(count, MAX_COUNT)}.{version}"
+
+
+def can_hold(name: Name) -> bool:
+    """Whether ``name`` may be renamed to a held name (claimed, or extended)
+    and still leave its holder a version to release it to."""
+    return name.version < LAST_HELD_VERSION
 
 
 def next_name(name: Name, expiry_ms: int, count: int) -> str:

@@ -397,14 +397,21 @@ class Queue:
     def _locked(message: Message | None) -> AbstractContextManager[Any]:
         return hold(message).lock if message is not None else nullcontext()
 
-    def _move_held(self, parsed: names.Name, expiry_ms: int, what: str) -> str:
+    def _move_held(self, parsed: names.Name, expiry_ms: int, what: str, *, holds: bool) -> str:
         """Rename a held message to a new expiry; return the new name.
 
         The new name has the next version, so it differs from the receipt (and
         from every earlier name of the message): the atomic rename itself
-        proves the receipt is still current.
+        proves the receipt is still current. A move that ``holds`` on to the
+        message (an extend) never takes the last version: it is kept for the
+        release (:func:`~vsqs._names.can_hold`).
         """
         receipt = names.receipt_name(parsed)
+        if holds and not names.can_hold(parsed):
+            raise InvalidArgument(
+                f"cannot {what}: {receipt} has no name left but the one to release it to "
+                "(docs/format.md, names): release or delete it"
+            )
         new = names.next_name(parsed, expiry_ms, parsed.receive_count)
         with storage_errors(f"{what} in {self.url}"):
             try:
@@ -502,11 +509,11 @@ class Queue:
                     body = self._store.read_limited(receipt, self.config.max_message_size)
                 except FileNotFoundError:
                     raise ReceiptExpired(f"cannot extend: {receipt} is no longer current") from None
-            new = self._move_held(parsed, self._clock.expiry_ms(vt_ms), "extend")
+            new = self._move_held(parsed, self._clock.expiry_ms(vt_ms), "extend", holds=True)
             return Message(self, parsed.id, body, new, parsed.receive_count)
         with hold(message).lock:
             parsed = names.parse_receipt(message.receipt)
-            new = self._move_held(parsed, self._clock.expiry_ms(vt_ms), "extend")
+            new = self._move_held(parsed, self._clock.expiry_ms(vt_ms), "extend", holds=True)
             message.receipt = hold(message).issued = new
             return message
 
@@ -521,7 +528,7 @@ class Queue:
         with self._locked(message):
             if message is not None:
                 parsed = names.parse_receipt(message.receipt)
-            self._move_held(parsed, self._clock.expiry_ms(delay_ms), "release")
+            self._move_held(parsed, self._clock.expiry_ms(delay_ms), "release", holds=False)
             if message is not None:
                 hold(message).done = True
 

@@ -9,6 +9,7 @@ needs no :class:`vsqs.Queue`.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import heapq
 import logging
 import math
@@ -362,8 +363,9 @@ class Receiver:
         self._lock = threading.Lock()
         self._candidates = Candidates()
         self._received_at = clock.elapsed()  # when a receive last got something
-        #: Ids of messages too large to read: passed over for good (docs/format.md).
-        self._oversized: set[str] = set()
+        #: Ids of messages this receiver passes over for good: too large to
+        #: read, or with no name left to claim them under (docs/format.md).
+        self._passed_over: set[str] = set()
 
     @property
     def candidates(self) -> Candidates:
@@ -416,8 +418,10 @@ class Receiver:
         ``exhausted`` (its held name and body) instead. A message of more than
         ``max_size`` bytes is not read: it stays held until its visibility
         timeout runs out, is logged once, and this receiver passes over it
-        from then on. Gives up, claiming nothing more, at the next wake-up
-        (within :data:`STALE_AFTER`) after ``stop`` is set.
+        from then on; so does one whose name leaves no version for a claim
+        and its release (:func:`~vsqs._names.can_hold`). Gives up, claiming
+        nothing more, at the next wake-up (within :data:`STALE_AFTER`) after
+        ``stop`` is set.
 
         An error after some messages were read returns them (logged); it is
         raised only when none was. A claim whose body could not be read is
@@ -571,17 +575,36 @@ class Receiver:
             parsed = names.parse(name)
             if parsed is None or parsed.state == names.NEW or not names.is_visible(parsed, now):
                 continue  # foreign, or not visible (any more)
-            if parsed.id in ids or parsed.id in self._oversized:  # not again in this batch
+            if parsed.id in self._passed_over or not self._can_claim(parsed, name):
+                continue  # back with the next listing, never due by itself: no spin
+            if parsed.id in ids:  # not again in this batch
                 if parsed.expiry_ms is not None:
                     later.append((name, parsed.expiry_ms))
                 continue
             if wanted > 1:
                 ids.add(parsed.id)
-            count, expiry = parsed.receive_count + 1, self._clock.expiry_ms(vt_ms)
+            count = min(parsed.receive_count + 1, names.MAX_COUNT)  # as the name spells it
+            expiry = self._clock.expiry_ms(vt_ms)
             plans.append(
                 Plan(name, parsed.id, names.next_name(parsed, expiry, count), count, expiry)
             )
         return plans, relists
+
+    def _can_claim(self, parsed: names.Name, name: str) -> bool:
+        """Whether a claim of ``name`` leaves its holder a name to let go of
+        it to (:func:`~vsqs._names.can_hold`). A message whose does not is
+        passed over for good, with one warning (caller holds the lock)."""
+        if names.can_hold(parsed):
+            return True
+        self._passed_over.add(parsed.id)
+        log.warning(
+            "%s: message %s cannot be received: its name has the last versions of the "
+            "format, none left for a claim and its release; it is left in the queue, "
+            "this receiver passes over it from now on (docs/format.md, names)",
+            self._store.url,
+            name,
+        )
+        return False
 
     def _rename(self, plans: list[Plan]) -> list[Plan]:
         """Rename each planned candidate to held; the plans won, in order
@@ -688,9 +711,9 @@ class Receiver:
         store, now = self._store, self._clock.now_ms()
         moves: list[tuple[str, str]] = []
         for plan in unread:
-            held = names.parse(plan.held)
-            assert held is not None
-            moves.append((plan.held, names.next_name(held, now, plan.receive_count - 1)))
+            held, had = names.parse(plan.held), names.parse(plan.candidate)
+            assert held is not None and had is not None
+            moves.append((plan.held, names.next_name(held, now, had.receive_count)))
         left: list[tuple[str, int]] = []
         for plan, (_, back), error in zip(unread, moves, store.rename_batch(moves), strict=True):
             if error is None:
@@ -705,7 +728,7 @@ class Receiver:
         out (not released, so others do not take it at once), and never
         claimed by this receiver again."""
         with self._lock:
-            self._oversized.add(plan.id)
+            self._passed_over.add(plan.id)
         log.warning(
             "%s: message %s is too large to receive (%s); it is left in the queue, "
             "this receiver passes over it from now on (docs/format.md, maximum size)",
@@ -755,6 +778,11 @@ class Receiver:
         token = store.change_token()
         listing = self._list(now_ms, fed, c.young)
         during = store.changes(names.ID_LEN) if fed else None
+        if fed and during is None:
+            # The feed lost events while it listed (an overflow): the names the
+            # listing missed are lost with them, so it is trusted no more than
+            # a listing without a feed (docs/format.md, "FIFO").
+            listing = _without_feed(listing, now_ms, c.young)
         c.refresh(listing, token, during, started, self._clock.elapsed())
         if listing.stale_new:
             collect_stale_new(store, listing.stale_new, store.url)
@@ -764,7 +792,7 @@ class Receiver:
         trust yet, invisible names and their expiry, and stale ``.new`` leftovers."""
         store = self._store
         # "~" sorts after every id: with a feed, no name is young.
-        young_before = "~" if fed else f"{now_ms - YOUNG_MS:013d}"
+        young_before = "~" if fed else _young_from(now_ms)
         stale_before = stale_new_before(now_ms, self._new_grace_ms)
         visible: list[str] = []
         young: list[str] = []
@@ -776,10 +804,7 @@ class Receiver:
         for name in store.list():
             listed += 1
             if len(name) == names.ID_LEN:
-                if name < young_before or name in seen_young:
-                    visible.append(name)
-                else:
-                    young.append(name)
+                (visible if _settled(name, young_before, seen_young) else young).append(name)
             elif name.endswith(names.NEW_SUFFIX):
                 if name < stale_before:
                     stale_new.append(name)
@@ -794,3 +819,27 @@ class Receiver:
                 break  # in key order: the rest of the backlog is newer
         visible.sort()
         return Listing(visible, young, pending, stale_new, listed, origins)
+
+
+def _young_from(now_ms: int) -> str:
+    """Ready names from this one on were issued less than ``YOUNG_MS`` before ``now_ms``."""
+    return f"{now_ms - YOUNG_MS:013d}"
+
+
+def _settled(name: str, young_before: str, seen_young: set[str]) -> bool:
+    """Whether a listed ready name may be claimed: issued before ``young_before``,
+    or seen young by an earlier listing."""
+    return name < young_before or name in seen_young
+
+
+def _without_feed(listing: Listing, now_ms: int, seen_young: set[str]) -> Listing:
+    """``listing``, taken at ``now_ms`` trusting a feed that then lost events,
+    sorted as a listing without a feed: its young ready names wait for a
+    second look."""
+    young_before = _young_from(now_ms)
+    visible: list[str] = []
+    young = list(listing.young)
+    for name in listing.visible:
+        settled = len(name) != names.ID_LEN or _settled(name, young_before, seen_young)
+        (visible if settled else young).append(name)
+    return dataclasses.replace(listing, visible=visible, young=young)

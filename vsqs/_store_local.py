@@ -11,6 +11,14 @@ links it under its final name (``linkat``, which never replaces): readers see
 the whole message or no name, with one directory operation instead of two.
 On local filesystems a receiver learns new names from ``inotify``
 (:mod:`vsqs._inotify`) instead of listing the directory again.
+
+The descriptor outlives the path: a directory removed, replaced or moved
+away under a client would be listed and written through it for ever, unseen
+by every client that opens the path. So each listing first checks that the
+path still names the directory open, and so do writes, at most every
+:data:`CHECK_EVERY` seconds and whenever one fails with ``ENOENT``: a client
+whose directory left its path gets :class:`vsqs.QueueNotFound`
+(docs/guarantees.md, "A queue directory removed, replaced or moved").
 """
 
 from __future__ import annotations
@@ -19,12 +27,14 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
+import math
 import os
 import stat
 import sys
 import time
 from collections.abc import Hashable, Iterable, Iterator
 
+from ._errors import QueueNotFound
 from ._inotify import DirectoryFeed, open_feed
 from ._names import NEW_SUFFIX, validate_queue_name
 from ._store import Changes, Store, TooLarge
@@ -61,6 +71,9 @@ _READ_CHUNK = 1 << 16
 #: taken within this window of its mtime is ambiguous, and earns one more
 #: look once the window has passed.
 _TICK_NS = 20_000_000
+#: Writes check at most this often (seconds) that the path still names the
+#: directory open (listings check every time: a stat beside a whole scan).
+CHECK_EVERY = 1.0
 
 
 class LocalStore(Store):
@@ -79,6 +92,10 @@ class LocalStore(Store):
         self._feed: DirectoryFeed | None = None
         self._notifications = notifications
         self._feed_tried = not notifications
+        #: The absolute path, device and inode of the directory open as ``_fd``.
+        self._opened: tuple[str, int, int] | None = None
+        self._checked_at = -math.inf
+        self._gone: str | None = None  # why the directory open is no longer the queue
 
     # -- container -------------------------------------------------------
     def ensure(self, create: bool) -> bool:
@@ -95,6 +112,9 @@ class LocalStore(Store):
             self._fd = os.open(self.path, _O_DIR)
         except FileNotFoundError:
             return False
+        opened = os.fstat(self._fd)
+        self._opened = (os.path.abspath(self.path), opened.st_dev, opened.st_ino)
+        self._checked_at = time.monotonic()
         return True
 
     @property
@@ -116,7 +136,34 @@ class LocalStore(Store):
             os.close(fd)
 
     # -- names -----------------------------------------------------------
+    def check_place(self) -> None:
+        """Raise :class:`vsqs.QueueNotFound` unless the path still names the
+        directory open: one ``stat`` (and an ``fstat`` to say what happened).
+        Once it found the directory removed, or another at the path, it
+        raises for good: this store is not the queue's any more."""
+        fd, opened = self.fd, self._opened
+        assert opened is not None
+        if self._gone is not None:
+            raise QueueNotFound(self._gone)
+        path, dev, ino = opened
+        self._checked_at = time.monotonic()
+        try:
+            there = os.stat(path)
+        except FileNotFoundError:
+            there = None
+        if there is not None and (there.st_dev, there.st_ino) == (dev, ino):
+            return
+        removed = os.fstat(fd).st_nlink == 0
+        how = ("removed" if removed else "moved away") + (" and replaced" if there else "")
+        gone = f"{self.path}: the queue directory was {how} while open: reopen it"
+        if removed or there is not None:
+            self._gone = gone
+        else:  # nothing at the path (yet, or a failed look): the next write looks again
+            self._checked_at = -math.inf
+        raise QueueNotFound(gone)
+
     def list(self, *, prefix: str = "", settle: bool = False) -> Iterator[str]:
+        self.check_place()
         with os.scandir(self.fd) as entries:
             for entry in entries:
                 if entry.name.startswith(prefix) and entry.is_file(follow_symlinks=False):
@@ -159,6 +206,15 @@ class LocalStore(Store):
         return not fsync and self._tmpfile
 
     def write_new(self, name: str, data: bytes, *, fsync: bool) -> None:
+        if self._gone is not None or time.monotonic() - self._checked_at >= CHECK_EVERY:
+            self.check_place()
+        try:
+            self._write_new(name, data, fsync)
+        except OSError:  # ENOENT (EPERM for O_TMPFILE) where the directory was removed
+            self.check_place()
+            raise
+
+    def _write_new(self, name: str, data: bytes, fsync: bool) -> None:
         if not fsync and self._tmpfile:
             try:
                 fd = os.open(".", _O_TMPFILE, FILE_MODE, dir_fd=self.fd)

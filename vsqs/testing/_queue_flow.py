@@ -14,7 +14,7 @@ import vsqs
 from vsqs import _names as names
 
 from ._clock import FakeClock
-from ._suite import failing, listing
+from ._suite import counting, drop, failing, listing
 
 
 class FlowTests:
@@ -150,6 +150,56 @@ class FlowTests:
             assert received == [(first, 1), (second, 1), (third, 1)]
             assert q.stats().dead_letter == 0  # nothing no caller received
 
+    # -------------------------------------------- names at the format's limits
+    def test_a_name_at_the_limits_of_the_format_never_stops_the_queue(
+        self, store: vsqs.Store, clock: FakeClock, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Names dropped into a queue (by hand, another tool, a bug) at the
+        limits of the grammar, ahead of two sent messages: one at the last
+        version, one a claim would bring to the last (leaving its holder no
+        name to release it to), one received 999 999 999 times, one invisible
+        until the last ms the grammar spells. Every receive raised
+        ``InvalidArgument`` at the first, planning its claim, so the messages
+        behind it were never received. Now the first two are passed over,
+        with one warning per receiver, the third is received (its count stays
+        at the maximum) and the fourth waits for its expiry."""
+        old_ms = int(clock() * 1000) - 10_000
+        ids = names.IdGenerator()
+        last, one_short, counted, forever = (ids.next_id(old_ms) for _ in range(4))
+        with vsqs.Queue(store, clock=clock) as q, vsqs.Queue(store, clock=clock) as other:
+            drop(
+                store,
+                names.invisible_name(last, old_ms, 1, names.MAX_VERSION),
+                names.invisible_name(one_short, old_ms, 1, names.MAX_VERSION - 1),
+                names.invisible_name(counted, old_ms, names.MAX_COUNT, 7),
+                names.invisible_name(forever, names.MAX_EXPIRY_MS, 1, 1),
+            )
+            behind = q.send_batch([b"a", b"b"])
+            got = [q.receive(visibility_timeout=5) for _ in range(4)]  # as consume receives
+            assert [(m.id, m.receive_count) for m in got if m] == [
+                (counted, names.MAX_COUNT),
+                (behind[0], 1),
+                (behind[1], 1),
+            ]
+            assert got[0] is not None and got[0].receipt is not None
+            assert names.parse_receipt(got[0].receipt).receive_count == names.MAX_COUNT
+            clock.advance(5)
+            again = other.receive_batch(10)  # claims side by side where renames cost requests
+            assert sorted(m.id for m in again) == sorted([counted, *behind])
+            assert q.receive() is None and other.receive() is None
+            warned = [r.getMessage() for r in caplog.records]
+            warned = [m for m in warned if "cannot be received" in m]
+            assert len(warned) == 4  # once per receiver and message:
+            assert all(sum(i in m for m in warned) == 2 for i in (last, one_short))
+            assert q.stats().ready == 2  # left in the queue, where an operator sees them
+            clock.advance(30)
+            with (
+                failing(store, "read_limited", lambda name: name.startswith(counted)),
+                pytest.raises(vsqs.StorageError, match="injected"),
+            ):
+                q.receive()  # given back with the count it had, the maximum
+            assert [(m.id, m.receive_count) for m in q.peek(10)][2] == (counted, names.MAX_COUNT)
+
     # --------------------------------------------------------------- delayed
     def test_delayed_send(self, q: vsqs.Queue, clock: FakeClock) -> None:
         late = q.send(b"late", delay=10)
@@ -234,6 +284,27 @@ class FlowTests:
             assert live.receive_batch(5, wait=3600, stop=stop) == []
         finally:
             stopper.cancel()
+
+    def test_a_long_poll_past_messages_it_passes_over_does_not_spin(
+        self, store: vsqs.Store
+    ) -> None:
+        """A message too large to read whose claim expired, and one that can
+        never be claimed (its version is the last), both visible: a long poll
+        passed over the first and woke at once for it again and again (its
+        expired name stayed due), a look at the store every millisecond.
+        Now a passed-over message comes back only with the next listing."""
+        old_ms = int(time.time() * 1000) - 10_000
+        ids = names.IdGenerator()
+        huge, last = ids.next_id(old_ms), ids.next_id(old_ms)
+        with vsqs.Queue(store, max_message_size=10) as q:
+            last_name = names.invisible_name(last, old_ms, 1, names.MAX_VERSION)
+            drop(store, huge, last_name, body=b"x" * 99)
+            assert q.receive(visibility_timeout=0) is None  # claims the huge one, expired at once
+            looks = ("list", "changes", "wait_for_change")
+            with counting(store, *looks) as calls:
+                assert q.receive(wait=0.5) is None
+            # A look on arrival, one per poll interval (0.2 s) where the store is polled.
+            assert len(calls) <= 12, calls
 
     def test_long_poll_times_out_empty(self, live: vsqs.Queue) -> None:
         started = time.monotonic()

@@ -10,7 +10,7 @@ import vsqs
 from vsqs import _names as names
 
 from ._clock import FakeClock
-from ._suite import listing
+from ._suite import drop, listing
 
 
 class ReceiptTests:
@@ -158,3 +158,26 @@ class ReceiptTests:
         assert q.stats().in_flight == 1
         clock.advance(7)
         assert q.receive() is not None
+
+    def test_a_held_message_keeps_a_name_to_be_released_to(
+        self, q: vsqs.Queue, store: vsqs.Store, clock: FakeClock
+    ) -> None:
+        """A claim or an extend never takes a message's last version: it is
+        kept for the release (or the give back) that makes the message
+        visible again. Before, an extend took it and the release raised
+        ``InvalidArgument``, which stopped ``consume`` (whose failed handler
+        releases). A message whose claim would leave no such name is passed
+        over by receivers."""
+        old_ms = int(clock() * 1000) - 10_000
+        message_id = names.IdGenerator().next_id(old_ms)
+        drop(store, names.invisible_name(message_id, old_ms, 1, names.MAX_VERSION - 3))
+        msg = q.receive()
+        assert msg is not None and msg.id == message_id
+        msg.extend(10)
+        with pytest.raises(vsqs.InvalidArgument, match="no name left"):
+            msg.extend(10)  # would leave no name to release it to: refused, nothing changed
+        msg.release()
+        [left] = [names.parse(n) for n in store.list() if n.startswith(message_id)]
+        assert left is not None and left.version == names.MAX_VERSION
+        assert q.receive() is None  # visible, and passed over
+        assert q.stats().ready == 1

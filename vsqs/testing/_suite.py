@@ -41,6 +41,37 @@ class Suite:
             request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
 
 
+def drop(store: Store, *names: str, body: bytes = b"dropped") -> None:
+    """Put objects under raw ``names`` into ``store``, as a hand, another tool
+    or another client's bug could: no queue checks them on the way in."""
+    for name in names:
+        store.write_new(name, body, fsync=False)
+
+
+@contextmanager
+def counting(store: Store, *methods: str) -> Iterator[list[str]]:
+    """Record every call of the given ``store`` methods until the block ends:
+    yields the list of the names of the methods called, in order."""
+    calls: list[str] = []
+
+    def counted(method: str) -> Callable[..., Any]:
+        real = getattr(store, method)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            calls.append(method)
+            return real(*args, **kwargs)
+
+        return call
+
+    for method in methods:
+        setattr(store, method, counted(method))
+    try:
+        yield calls
+    finally:
+        for method in methods:
+            delattr(store, method)
+
+
 def listing(store: Store) -> list[str]:
     """Every name in ``store``, sorted."""
     return sorted(store.list())
