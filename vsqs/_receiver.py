@@ -58,6 +58,13 @@ COSTLY_SPREAD = 5
 #: and wakes up to max_poll_interval late for the first message after a lull.
 POLL_INTERVAL = 0.2
 IDLE_AFTER = 10.0
+#: A receiver passes over a message whose body it could not read for this
+#: long (seconds), twice as long at each failure in a row, up to
+#: UNREADABLE_MAX: one unreadable message never stops the others.
+UNREADABLE_FIRST = 1.0
+UNREADABLE_MAX = 60.0
+#: Unreadable messages one receiver remembers (the oldest are forgotten).
+UNREADABLE_REMEMBERED = 10_000
 DEFAULT_MAX_POLL_INTERVAL = 2.0
 #: A receiver with an arrival feed reads it at least every FEED_EVERY claims.
 FEED_EVERY = 64
@@ -366,6 +373,7 @@ class Receiver:
         #: Ids of messages this receiver passes over for good: too large to
         #: read, or with no name left to claim them under (docs/format.md).
         self._passed_over: set[str] = set()
+        self._unreadable = Unreadable()
 
     @property
     def candidates(self) -> Candidates:
@@ -575,7 +583,11 @@ class Receiver:
             parsed = names.parse(name)
             if parsed is None or parsed.state == names.NEW or not names.is_visible(parsed, now):
                 continue  # foreign, or not visible (any more)
-            if parsed.id in self._passed_over or not self._can_claim(parsed, name):
+            if (
+                parsed.id in self._passed_over
+                or self._unreadable.waiting(parsed.id, self._clock.elapsed())
+                or not self._can_claim(parsed, name)
+            ):
                 continue  # back with the next listing, never due by itself: no spin
             if parsed.id in ids:  # not again in this batch
                 if parsed.expiry_ms is not None:
@@ -664,8 +676,9 @@ class Receiver:
         The name each claim is left at, and its expiry, go to ``later``.
 
         A claim whose body could not be read is given back at once
-        (:meth:`_give_back`); the first error of a read or of ``exhausted``
-        is returned (a message ``exhausted`` failed on stays held).
+        (:meth:`_give_back`) and passed over for a while (:class:`Unreadable`);
+        the first error of a read or of ``exhausted`` is returned (a message
+        ``exhausted`` failed on stays held).
         """
         store = self._store
 
@@ -699,6 +712,10 @@ class Receiver:
             out.append(Claim(plan.id, plan.held, plan.receive_count, plan.expiry_ms, body, origin))
         if unread:
             later.extend(self._give_back(unread))
+        with self._lock:
+            self._unreadable.update(
+                [plan.id for plan in unread], [claim.id for claim in out], self._clock.elapsed()
+            )
         return failure
 
     def _give_back(self, unread: list[Plan]) -> list[tuple[str, int]]:
@@ -843,3 +860,32 @@ def _without_feed(listing: Listing, now_ms: int, seen_young: set[str]) -> Listin
         settled = len(name) != names.ID_LEN or _settled(name, young_before, seen_young)
         (visible if settled else young).append(name)
     return dataclasses.replace(listing, visible=visible, young=young)
+
+
+class Unreadable:
+    """Messages whose body one receiver could not read (a permanent ``EIO``
+    or ``EACCES``, a store that fails one object): each is passed over until
+    its backoff ends, :data:`UNREADABLE_FIRST` seconds after its first
+    failure, doubled at each failure in a row up to :data:`UNREADABLE_MAX`,
+    so that the next receive takes the messages behind it. Its claim was
+    given back uncounted; other receivers try it on their own backoff."""
+
+    def __init__(self) -> None:
+        self._until: dict[str, tuple[float, float]] = {}  # id -> (until, backoff)
+
+    def waiting(self, message_id: str, now: float) -> bool:
+        """Whether ``message_id`` is passed over at ``now`` (elapsed seconds)."""
+        found = self._until.get(message_id) if self._until else None
+        return found is not None and now < found[0]
+
+    def update(self, failed: list[str], read: list[str], now: float) -> None:
+        """Bodies of ``failed`` could not be read at ``now``; those of ``read`` were."""
+        if self._until:
+            for message_id in read:
+                self._until.pop(message_id, None)
+        for message_id in failed:
+            _, backoff = self._until.pop(message_id, (now, UNREADABLE_FIRST / 2))
+            backoff = min(2 * backoff, UNREADABLE_MAX)
+            self._until[message_id] = (now + backoff, backoff)
+        while len(self._until) > UNREADABLE_REMEMBERED:
+            del self._until[next(iter(self._until))]

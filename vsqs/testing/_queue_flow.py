@@ -139,6 +139,7 @@ class FlowTests:
             ]
             given_back = [p for n in store.list() if (p := names.parse(n)) and p.id == first]
             assert [p.version for p in given_back] == [2]
+            clock.advance(1)  # this receiver passes over it for a second
             with failing(store, "read_limited", lambda name: name.startswith(second)):
                 got = q.receive_batch(10)
             # What was read is returned: claims made one at a time stop at the
@@ -149,6 +150,32 @@ class FlowTests:
             received = sorted((m.id, m.receive_count) for m in got + rest)
             assert received == [(first, 1), (second, 1), (third, 1)]
             assert q.stats().dead_letter == 0  # nothing no caller received
+
+    def test_one_unreadable_message_never_stops_the_others(
+        self, store: vsqs.Store, clock: FakeClock
+    ) -> None:
+        """A message whose body can never be read (a bad sector, a store that
+        fails one object) is given back uncounted and passed over for a
+        second, then two, four...: the messages behind it are received."""
+        with vsqs.Queue(store, clock=clock, max_receives=1, dead_letter="dlq") as q:
+            bad, good, later = q.send_batch([b"a", b"b", b"c"])
+            with failing(store, "read_limited", lambda name: name.startswith(bad)) as failed:
+                with pytest.raises(vsqs.StorageError, match="injected"):
+                    q.receive()
+                assert [m.id for m in q.receive_batch(10)] == [good, later]
+                assert q.receive() is None  # passed over, not tried again
+                assert len(failed) == 1
+                clock.advance(1)  # its first backoff ends: tried again, and again unread
+                with pytest.raises(vsqs.StorageError, match="injected"):
+                    q.receive()
+                clock.advance(1.5)
+                assert q.receive() is None  # a second backoff of 2 s
+                assert len(failed) == 2
+            clock.advance(1)
+            again = q.receive()
+            assert again is not None
+            assert (again.id, again.body, again.receive_count) == (bad, b"a", 1)
+            assert q.stats().dead_letter == 0  # failed reads counted no receive
 
     # -------------------------------------------- names at the format's limits
     def test_a_name_at_the_limits_of_the_format_never_stops_the_queue(
