@@ -215,7 +215,7 @@ def test_gcsfs_errors_are_storage_errors_and_a_claim_is_given_back(
         with pytest.raises(vsqs.StorageError, match="injected"):
             q.stats()  # a listing
         gcs_proxy.quirk = None
-        with vsqs.Queue(gcs_server.url(), storage_options=gcs_server.storage_options) as other:
+        with vsqs.Queue(q.url, storage_options=gcs_server.storage_options) as other:
             again = other.receive()  # visible at once, the failed claim not counted
         assert again is not None
         assert (again.id, again.receive_count) == (sent, 1)
