@@ -32,6 +32,9 @@ __all__ = [
 SERVED = frozenset(
     {"s3_server", "ceph_server", "gcs_server", "s3_proxy", "gcs_proxy", "spark", "spark_cluster"}
 )
+#: The ones that start a JVM: tests using them run on one xdist worker (``spark``
+#: group), so a run starts one SparkSession and one cluster, not one per worker.
+JVM = frozenset({"spark", "spark_cluster"})
 
 
 def served_by_a_process(item: pytest.Item) -> bool:
@@ -52,12 +55,16 @@ def served_by_a_process(item: pytest.Item) -> bool:
     return False
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist names the groups in node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """``slow``: whatever needs a server process or Spark (the fast tier,
-    ``-m "not slow"``, runs on in-process stores)."""
+    ``-m "not slow"``, runs on in-process stores); ``xdist_group("spark")``:
+    whatever needs a JVM."""
     for item in items:
         if served_by_a_process(item):
             item.add_marker(pytest.mark.slow)
+        if JVM & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group("spark"))
 
 
 class FastTierGuard:
