@@ -10,7 +10,7 @@ import pytest
 
 import vsqs
 from vsqs import _names as names
-from vsqs._receiver import YOUNG_MS
+from vsqs._receiver import STALE_AFTER, YOUNG_MS
 from vsqs.testing import FakeClock, QueueTests, StoreTests
 
 from .backends import BY_ID, OnBackend
@@ -157,13 +157,14 @@ def test_a_receiver_learns_new_messages_from_the_feed_without_listing(tmp_path: 
     store = CountingStore(str(tmp_path / "q"))
     with vsqs.Queue(store, durable=False) as consumer, vsqs.Queue(store.path) as producer:
         start_feed(consumer, producer)
-        before = store.listings
+        before, started = store.listings, time.monotonic()
         for i in range(100):
             producer.send(str(i))
             msg = consumer.receive()
             assert msg is not None and msg.body == str(i).encode()
             msg.delete()
-        assert store.listings - before <= 1  # at most the once-a-second refresh
+        refreshes = 1 + int((time.monotonic() - started) / STALE_AFTER)  # a busy machine's too
+        assert store.listings - before <= refreshes  # at most the once-a-second refresh
 
 
 def test_the_first_listing_drains_a_backlog_without_a_feed(tmp_path: Path) -> None:

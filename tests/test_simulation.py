@@ -72,6 +72,7 @@ def schedules(flavour: str, first: int) -> Iterator[Report]:
         seed += 1
 
 
+@pytest.mark.slow  # BUDGET seconds each
 @pytest.mark.parametrize("flavour", ["aws", "ceph", "gcs"])
 def test_random_schedules_keep_every_promise(flavour: str) -> None:
     failed = []
@@ -136,6 +137,7 @@ FAULT_PLANS: dict[str, Callable[[int], Plan]] = {
 PLANS = {**CLOCK_PLANS, **FAULT_PLANS}
 
 
+@pytest.mark.slow  # BUDGET / 2 seconds each
 @pytest.mark.parametrize("plan", PLANS)
 def test_random_schedules_with_assumptions_varied_keep_every_promise(plan: str) -> None:
     deadline = time.monotonic() + BUDGET / 4

@@ -145,7 +145,9 @@ def test_the_heartbeat_extends_a_batch_side_by_side_on_s3(
             proxy.gate = gate
             wait_until(lambda: gate.most_in_flight >= 2, 60, "two extends in flight")
 
+        # A timeout of 6 s (a heartbeat every 2 s): on a busy machine a claim
+        # outlasted a timeout of 1 s and the batch was dropped (messages 0).
         report = vsqs.spark.consume(
-            spark, url, process, storage_options=options, visibility_timeout=1
+            spark, url, process, storage_options=options, visibility_timeout=6
         )
     assert (report.messages, report.expired) == (8, 0)
