@@ -121,7 +121,7 @@ class AdminTests:
                 assert foreign[0].endswith(names.ORIGIN_SUFFIX) and foreign[1] == names.CONFIG_NAME
                 held = dlq.receive(visibility_timeout=0)
                 assert held is not None and held.dead_lettered == origin
-            assert vsqs.redrive(dlq_store, store) == 1
+                assert vsqs.redrive(dlq, q) == 1  # on this test's clock
             assert [m for m in dlq_store.list() if m != names.CONFIG_NAME] == []  # record too
             back = q.receive()
             assert back is not None and back.id == poison and back.receive_count == 1
@@ -227,7 +227,9 @@ class AdminTests:
         self, store: vsqs.Store, clock: FakeClock
     ) -> None:
         with vsqs.Queue(store, clock=clock, new_grace=60) as q:
-            leftover = names.new_name(names.id_generator(clock).next_id(int(clock.now * 1000)))
+            # A writer's id of now, on the clock names are written on here.
+            now_ms = int(clock.now * 1000) + store.offset_ms(clock)
+            leftover = names.new_name(names.id_generator(clock).next_id(now_ms))
             foreign = ["notes.txt", "1234", "x" * names.ID_LEN, leftover[:-4] + ".old", "a.new"]
             store.write_new(leftover, b"half a mess", fsync=False)
             for name in foreign:
