@@ -426,6 +426,7 @@ def test_an_ack_racing_a_claim_from_a_host_ahead_is_refused_at_any_skew(
         holder.send(b"m")
         msg = holder.receive()
         assert msg is not None
+        assert claimer.receive() is None  # held; the claimer has read the store's clock
         # Names are on the store's clock, which both read (to within the
         # milliseconds between their measures): past the expiry on it.
         true.advance(VT_MS + 1000)
