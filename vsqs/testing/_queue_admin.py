@@ -73,7 +73,7 @@ class AdminTests:
             calls: list[tuple[int, int | None]] = []
             assert q.purge(progress=lambda done, total: calls.append((done, total))) == 3
             assert calls == [(1, 3), (2, 3), (3, 3)]
-            stale = names.new_name(names.MsClock(clock).next_id())
+            stale = names.new_name(store.ms_clock(clock).next_id())
             store.write_new(stale, b"half written", fsync=False)
             clock.advance(61)
             calls.clear()
@@ -191,7 +191,7 @@ class AdminTests:
         """The guard of moves between queues: two queues are two places, one
         is one; looking writes a ``.new`` probe that is gone afterwards."""
         with vsqs.Queue(store) as q, vsqs.Queue(store.sibling("other")) as other:
-            fresh_id = names.MsClock(q.clock).next_id
+            fresh_id = store.ms_clock(q.clock).next_id
             assert not same_place(q.store, other.store, fresh_id)
             assert not same_place(other.store, q.store, fresh_id)
             for place in (store, other.store):
@@ -228,8 +228,7 @@ class AdminTests:
     ) -> None:
         with vsqs.Queue(store, clock=clock, new_grace=60) as q:
             # A writer's id of now, on the clock names are written on here.
-            now_ms = int(clock.now * 1000) + store.offset_ms(clock)
-            leftover = names.new_name(names.id_generator(clock).next_id(now_ms))
+            leftover = names.new_name(store.ms_clock(clock).next_id())
             foreign = ["notes.txt", "1234", "x" * names.ID_LEN, leftover[:-4] + ".old", "a.new"]
             store.write_new(leftover, b"half a mess", fsync=False)
             for name in foreign:
