@@ -192,7 +192,9 @@ class Message:
         """A time of a name on this client's clock (names are written on the
         store's clock on object stores, docs/protocol.md)."""
         queue = self._hold.queue
-        return datetime.fromtimestamp((ms - queue.store.offset_ms(queue.clock)) / 1000, UTC)
+        with storage_errors(f"reading the clock of {queue.url}"):  # a measure is a request
+            offset = queue.store.offset_ms(queue.clock)
+        return datetime.fromtimestamp((ms - offset) / 1000, UTC)
 
     @property
     def sent_at(self) -> datetime:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import ClassVar, TypeVar
 
+from ._errors import storage_errors
 from ._names import MsClock
 
 T = TypeVar("T")
@@ -145,8 +146,14 @@ class Store(ABC):
         return None
 
     def ms_clock(self, clock: Callable[[], float]) -> MsClock:
-        """``clock`` read as a client of this store writes and judges names."""
-        return MsClock(clock, lambda: self.offset_ms(clock), self.clock_frame)
+        """``clock`` read as a client of this store writes and judges names
+        (a failed measure raises :class:`vsqs.StorageError`)."""
+
+        def offset() -> int:
+            with storage_errors(lambda: f"reading the clock of {self.url}"):  # a measure: a request
+                return self.offset_ms(clock)
+
+        return MsClock(clock, offset, self.clock_frame)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (file descriptors, sessions). Idempotent."""
