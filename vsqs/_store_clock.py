@@ -59,8 +59,8 @@ RESOLUTION = 1.0
 STEP = 1.0
 
 Clock = Callable[[], float]
-#: ``measure(read)``: the store's clock minus ``read()``'s and the error of
-#: that figure, both in seconds, from one request; ``None`` if the store
+#: ``measure(read)``: the least and the greatest the store's clock minus
+#: ``read()``'s can be (seconds), from one request; ``None`` if the store
 #: tells no time.
 Measure = Callable[[Clock], "tuple[float, float] | None"]
 
@@ -204,6 +204,12 @@ class StoreOffset:
     """How far one host clock is from one store's clock: the milliseconds a
     client adds to its clock to read the time names are written in.
 
+    A measure bounds the offset between two figures (a ``Date`` names a whole
+    second, and the request took some time); the offset taken is the one of
+    them nearest to none: 0 when the clock may agree with the store's (so
+    hosts synchronised to each other stay so to the ms), else the nearer
+    bound (a host off by more is corrected to within the bounds' distance).
+
     Measured at the first read, then again at the first read after
     :data:`WINDOW` seconds of ``steady`` time, or after ``clock`` stepped by
     more than :data:`STEP` against its steady clock (``time.monotonic`` for
@@ -220,7 +226,6 @@ class StoreOffset:
         self._steady = steady
         self._lock = threading.Lock()
         self._ms: int | None = None  # None: not measured, or the store tells no time
-        self.error = math.inf  # seconds, of the last measure
         self._measured_at = -math.inf
         self._drift = 0.0  # clock minus its steady clock, when measured
 
@@ -233,8 +238,7 @@ class StoreOffset:
                 return self._ms or 0
             found = measure(self._clock)
             self._measured_at, self._drift = now, drift
-            before, self._ms = self._ms, None if found is None else round(found[0] * 1000)
-            self.error = math.inf if found is None else found[1]
+            before, self._ms = self._ms, None if found is None else _nearest_to_none(*found)
             if before is not None and self._ms is not None and not stepped:
                 moved = abs(self._ms - before) / 1000
                 if moved > CLOCK_BOUND:
@@ -244,6 +248,11 @@ class StoreOffset:
                         "meanwhile were off by as much (docs/protocol.md)"
                     )
             return self._ms or 0
+
+
+def _nearest_to_none(least: float, greatest: float) -> int:
+    """The offset in ``[least, greatest]`` (seconds) nearest to 0, in whole ms."""
+    return round(min(max(0.0, least), greatest) * 1000)
 
 
 _OFFSETS: weakref.WeakKeyDictionary[Clock, dict[Hashable, StoreOffset]] = (

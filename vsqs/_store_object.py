@@ -388,13 +388,14 @@ class ObjectStore(Store):
         return offset.ms(self._measure)
 
     def _measure(self, read: Callable[[], float]) -> tuple[float, float] | None:
-        """The store's clock minus ``read()``'s and the error of that (seconds):
-        from the ``Date`` of one request, whole seconds (the midpoint of the
-        second it names, against the midpoint of the request); on a store that
-        tells none, from the listed time of an object created for it and
-        deleted at once (collected as a probe if its client dies first). Both also tell
-        :class:`StoreClock` the store's time (a first listing can then age
-        what it lists)."""
+        """The least and the greatest the store's clock minus ``read()``'s can
+        be (seconds): the store read a time within the second a ``Date`` names
+        (of one request), or at the listed time of an object created for it
+        (on a store that tells no ``Date``; deleted at once, or collected as
+        a probe if its client dies first; a whole second is taken for a
+        truncated time), while ``read()`` read between its readings around
+        that request. Both also tell :class:`StoreClock` the store's time (a
+        first listing can then age what it lists)."""
         before = read()
         date = self.io.store_date()
         after = read()
@@ -414,9 +415,8 @@ class ObjectStore(Store):
             if listed is None:
                 return None
             self._ages.observed(name, listed)
-            stamp, resolution = listed, RESOLUTION if listed.is_integer() else 0.001
-        middle = (before + after) / 2
-        return stamp + resolution / 2 - middle, resolution / 2 + (after - before) / 2
+            stamp, resolution = listed, RESOLUTION if listed.is_integer() else 0.0
+        return stamp - after, stamp + resolution - before
 
     @property
     def protocol(self) -> str:
