@@ -228,18 +228,31 @@ class StoreOffset:
         self._ms: int | None = None  # None: not measured, or the store tells no time
         self._measured_at = -math.inf
         self._drift = 0.0  # clock minus its steady clock, when measured
+        self._measuring = False
 
     def ms(self, measure: Measure) -> int:
-        """The offset in whole ms (0 if the store tells no time)."""
+        """The offset in whole ms (0 if the store tells no time).
+
+        No lock is held across the measure's requests: until a first measure
+        (or one after a step) returns, each caller measures for itself; a
+        re-measure is made by one caller while the others read the offset
+        it replaces."""
         with self._lock:
             now, drift = self._steady(), self._clock() - self._elapsed()
             stepped = abs(drift - self._drift) > STEP
-            if now - self._measured_at < WINDOW and not stepped:
+            known = self._measured_at > -math.inf and not stepped
+            if known and (now - self._measured_at < WINDOW or self._measuring):
                 return self._ms or 0
+            self._measuring = True
+        try:
             found = measure(self._clock)
+        finally:
+            with self._lock:
+                self._measuring = False
+        with self._lock:
             self._measured_at, self._drift = now, drift
             before, self._ms = self._ms, None if found is None else _nearest_to_none(*found)
-            if before is not None and self._ms is not None and not stepped:
+            if known and before is not None and self._ms is not None:
                 moved = abs(self._ms - before) / 1000
                 if moved > CLOCK_BOUND:
                     raise ClockSkew(
