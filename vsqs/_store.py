@@ -15,7 +15,6 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import ClassVar, TypeVar
 
-from ._errors import storage_errors
 from ._names import MsClock
 
 T = TypeVar("T")
@@ -139,21 +138,10 @@ class Store(ABC):
         clocks, docs/format.md); object stores measure their own clock."""
         return 0
 
-    @property
-    def clock_frame(self) -> Hashable:
-        """What names the clock names here are written on: ``None`` for the
-        hosts' own; object stores: their bucket's."""
-        return None
-
     def ms_clock(self, clock: Callable[[], float]) -> MsClock:
         """``clock`` read as a client of this store writes and judges names
-        (a failed measure raises :class:`vsqs.StorageError`)."""
-
-        def offset() -> int:
-            with storage_errors(lambda: f"reading the clock of {self.url}"):  # a measure: a request
-                return self.offset_ms(clock)
-
-        return MsClock(clock, offset, self.clock_frame)
+        (here: as it reads; object stores add their offset)."""
+        return MsClock(clock)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (file descriptors, sessions). Idempotent."""

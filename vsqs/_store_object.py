@@ -59,7 +59,7 @@ from itertools import count
 from typing import ClassVar
 
 from . import _names as names
-from ._errors import QueueNotFound, UnsupportedStore
+from ._errors import QueueNotFound, UnsupportedStore, storage_errors
 from ._fanout import IN_FLIGHT, Outcome, fan_out
 from ._store import Outcomes, OutcomeUnknown, Store
 from ._store_clock import CLOCK_BOUND, RESOLUTION, StoreClock, StoreOffset, store_offset
@@ -370,9 +370,16 @@ class ObjectStore(Store):
         return self.capabilities.exclusive_create
 
     # ---------------------------------------------------------------- clock
-    @property
-    def clock_frame(self) -> Hashable:
-        return self.io.probe_scope
+    def ms_clock(self, clock: Callable[[], float]) -> names.MsClock:
+        """``clock`` plus its offset to the store's clock (a failed measure
+        raises :class:`vsqs.StorageError`); ids of one clock on one bucket
+        come from one generator, apart from the same clock's on other stores."""
+
+        def offset() -> int:
+            with storage_errors(lambda: f"reading the clock of {self.url}"):  # a request
+                return self.offset_ms(clock)
+
+        return names.MsClock(clock, offset, self.io.probe_scope)
 
     def offset_ms(self, clock: Callable[[], float]) -> int:
         """Milliseconds ``clock`` is behind the store's clock, as measured (see
