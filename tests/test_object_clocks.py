@@ -21,7 +21,7 @@ import pytest
 import vsqs
 from vsqs import _names as names
 from vsqs import _store_object
-from vsqs._store_clock import CLOCK_BOUND, WINDOW, StoreClock
+from vsqs._store_clock import CLOCK_BOUND, WINDOW, StoreClock, StoreOffset
 from vsqs._store_object import FINISH_AFTER, ObjectIO, ObjectStore
 
 from .backends import params, select
@@ -519,3 +519,25 @@ def test_a_one_shot_gc_on_a_store_without_dates_finishes_an_old_abandoned_claim(
     with vsqs.Queue(ObjectStore(AnHourLater(plain.io)), clock=clock) as once:
         repaired = once.gc()
     assert any(name.startswith(sent) for name in repaired), repaired
+
+
+def test_a_step_of_the_hosts_clock_is_measured_again_at_its_next_read() -> None:
+    """The host's clock stepping 40 s against its steady clock (an NTP step,
+    a resumed VM) is seen at the next read: the offset is measured again
+    before a name is written with it, and the step is no ClockSkew. Within a
+    window and without a step, the offset is read, not measured."""
+    wall, steady = FakeClock(5000.0), FakeClock(1000.0)
+    offset = StoreOffset(wall, steady, elapsed=steady)
+    measures: list[float] = []
+
+    def measure(read: Callable[[], float]) -> tuple[float, float]:
+        measures.append(read())
+        return 10_000.0 - read(), 10_000.0 - read()  # the store reads 10 000 now
+
+    assert offset.ms(measure) == 5_000_000
+    steady.advance(1)
+    wall.advance(1)
+    assert offset.ms(measure) == 5_000_000 and len(measures) == 1  # no step: read
+    wall.advance(CLOCK_BOUND + 10)  # stepped: the steady clock did not move
+    assert offset.ms(measure) == round((10_000.0 - wall()) * 1000)  # no ClockSkew
+    assert len(measures) == 2

@@ -220,9 +220,10 @@ class StoreOffset:
     is used from then on. Thread-safe.
     """
 
-    def __init__(self, clock: Clock, steady: Clock) -> None:
+    def __init__(self, clock: Clock, steady: Clock, elapsed: Clock | None = None) -> None:
         self._clock = clock
-        self._elapsed = time.monotonic if clock is time.time else clock
+        #: The steady clock ``clock`` is checked against for steps.
+        self._elapsed = elapsed or (time.monotonic if clock is time.time else clock)
         self._steady = steady
         self._lock = threading.Lock()
         self._ms: int | None = None  # None: not measured, or the store tells no time
