@@ -180,7 +180,7 @@ def test_a_batch_marker_hides_its_senders_later_names_only() -> None:
     with memory_queue(clock, root) as sender, memory_queue(other_clock, root) as other:
         store = sender.store
         before = sender.send(b"before")
-        with store.sending(names.MsClock(clock).next_id()):
+        with store.sending(store.ms_clock(clock).next_id()):  # the sender's generator
             inside = sender.send(b"inside")
             others = other.send(b"other")
             assert [n for n in store.list() if names.is_id(n)] == sorted([before, others])
@@ -194,7 +194,7 @@ def test_a_killed_senders_marker_stops_hiding_and_is_collected() -> None:
     with memory_queue(clock, f"/vsqs-batches/{time.time_ns()}/q") as q:
         store = q.store
         assert isinstance(store, ObjectStore)
-        marker = names.MsClock(clock).next_id() + ".sending"
+        marker = store.ms_clock(clock).next_id() + ".sending"  # the sender's generator
         store.io.create(marker, b"")  # its sender died before removing it
         sent = q.send(b"x")
         assert q.receive() is None

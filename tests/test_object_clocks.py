@@ -20,12 +20,14 @@ import pytest
 
 import vsqs
 from vsqs import _names as names
-from vsqs._store_clock import CLOCK_BOUND, WINDOW, StoreClock
+from vsqs import _store_object
+from vsqs._store_clock import CLOCK_BOUND, WINDOW, StoreClock, StoreOffset
 from vsqs._store_object import FINISH_AFTER, ObjectIO, ObjectStore
 
 from .backends import params, select
 from .conftest import FakeClock
 from .servers import Server
+from .test_clock_skew import VT_MS, TrueTime
 from .test_crashes import Crash
 from .test_object_faults import FaultyIO, Interleave
 from .test_object_protocol import die, object_store, on, raw_names
@@ -348,3 +350,194 @@ def test_a_host_refused_as_ahead_is_served_again_once_its_bound_expires() -> Non
     steady.advance(2 * WINDOW + 1)
     wall.advance(2 * WINDOW + 1 - 40)  # set right
     store_clock.check()
+
+
+# ------------------------------------------- expiries and ids on the store's clock
+class StoreTimes(FaultyIO):
+    """A store whose clock is ``store_clock``: it stamps what it creates by it
+    (the memory filesystem stamps by this host's real clock)."""
+
+    def __init__(self, inner: ObjectIO, store_clock: Callable[[], float]) -> None:
+        super().__init__(inner, "crash", None)
+        self.store_clock = store_clock
+        self.stamps: dict[str, float] = {}
+
+    def create(self, name: str, data: bytes) -> None:
+        super().create(name, data)
+        self.stamps[name] = self.store_clock()
+
+    def copy(self, src: str, dst: str) -> None:
+        super().copy(src, dst)
+        self.stamps[dst] = self.store_clock()
+
+    def listing(self, prefix: str = "") -> Iterator[tuple[str, float | None]]:
+        return iter([(n, self.stamps.get(n, m)) for n, m in super().listing(prefix)])
+
+
+OFF = 20_000  # ms a host is off the store's clock: within CLOCK_BOUND
+START_MS = 1_750_000_000_123  # not a whole second: the stamps read as exact to the ms
+
+
+@pytest.mark.parametrize(
+    ("holder_skew_ms", "taker_skew_ms"),
+    [(OFF, -OFF), (-OFF, OFF)],
+    ids=["holder-ahead-taker-behind", "holder-behind-taker-ahead"],
+)
+def test_a_host_off_the_stores_clock_holds_and_takes_on_the_stores_clock(
+    memory_server: Server, holder_skew_ms: int, taker_skew_ms: int
+) -> None:
+    """A holder and a taker 20 s off the store's clock either way: the hold
+    is the visibility timeout on the store's clock, to the ms. Uncorrected, a
+    holder behind was taken from at once (and its ack said stale), and a
+    holder ahead hid the message 40 s longer. Ids are on the store's clock
+    too, and each client shows its caller times on its own clock."""
+    true = TrueTime(START_MS)
+    io = StoreTimes(object_store(memory_server, f"off{holder_skew_ms}").io, lambda: true.ms / 1000)
+    holder_clock, taker_clock = true.host(holder_skew_ms), true.host(taker_skew_ms)
+    with (
+        vsqs.Queue(
+            ObjectStore(io, clock=holder_clock), clock=holder_clock, visibility_timeout=VT_MS / 1000
+        ) as holder,
+        vsqs.Queue(ObjectStore(io, clock=taker_clock), clock=taker_clock) as taker,
+    ):
+        sent = holder.send(b"m")
+        assert names.id_ms(sent) == true.ms  # the store's clock
+        msg = holder.receive()
+        assert msg is not None and msg.receipt is not None
+        assert names.parse_receipt(msg.receipt).expiry_ms == true.ms + VT_MS
+        assert msg.visible_at is not None
+        assert msg.visible_at.timestamp() * 1000 == holder_clock.ms + VT_MS  # its own clock
+        assert taker.receive() is None
+        true.advance(VT_MS - 1)
+        assert taker.receive() is None
+        true.advance(1)
+        taken = taker.receive()
+        assert taken is not None and taken.id == msg.id and taken.receive_count == 2
+        assert taken.sent_at.timestamp() * 1000 == taker_clock.ms - VT_MS  # on the taker's clock
+        with pytest.raises(vsqs.ReceiptExpired):
+            msg.delete()
+
+
+@pytest.mark.parametrize("skew", [OFF / 1000, -OFF / 1000], ids=["ahead", "behind"])
+def test_a_host_off_the_stores_clock_writes_expiries_and_ids_on_the_stores(
+    server: Server, skew: float
+) -> None:
+    """On a store that tells its time by ``Date`` (whole seconds), a host
+    20 s off writes ids and expiries on the store's clock, to within the
+    stated error (the second a ``Date`` names and the measuring request),
+    and takes nothing early from a host 20 s off the other way."""
+    host, other = ahead(skew), ahead(-skew)
+    before = time.time()  # moto's clock is this host's
+    with (
+        vsqs.Queue(object_store(server, f"date{int(skew)}"), clock=host) as holder,
+        vsqs.Queue(object_store(server, f"date{int(skew)}"), clock=other) as taker,
+    ):
+        sent = holder.send(b"m")
+        msg = holder.receive(visibility_timeout=VT_MS / 1000)
+        assert msg is not None and msg.receipt is not None
+        assert taker.receive() is None
+        after = time.time()
+    error_ms = 1000 + (after - before) * 1000  # a second, and the requests' time at most
+    assert before * 1000 - error_ms <= names.id_ms(sent) <= after * 1000 + error_ms
+    expiry = names.parse_receipt(msg.receipt).expiry_ms
+    assert before * 1000 + VT_MS - error_ms <= expiry <= after * 1000 + VT_MS + error_ms
+
+
+def test_a_host_whose_clock_moves_beyond_the_bound_gets_clock_skew(memory_server: Server) -> None:
+    """An injected clock that moves by hand is time passing; one found, at the
+    next measure (after WINDOW of steady time), to have moved more than 30 s
+    against the store's clock had written names that far off: ClockSkew,
+    once; later names are on the store's clock again."""
+    true, steady = TrueTime(START_MS), FakeClock(1000.0)
+    io = StoreTimes(object_store(memory_server, "moves").io, lambda: true.ms / 1000)
+    host = true.host(0)
+    with vsqs.Queue(ObjectStore(io, clock=host, monotonic=steady), clock=host) as q:
+        q.send(b"m")
+        host.skew_ms = int((CLOCK_BOUND + 10) * 1000)  # a step no steady clock tells
+        steady.advance(WINDOW)
+        with pytest.raises(vsqs.ClockSkew, match="moved 40 s") as raised:
+            q.send(b"m")
+        assert "\n" not in str(raised.value)
+        assert names.id_ms(q.send(b"m")) == true.ms
+
+
+class DateAhead(FaultyIO):
+    """A store whose ``Date`` headers run an hour ahead of the times it lists
+    (a proxy on another clock than the nodes that stamp objects)."""
+
+    def __init__(self, inner: ObjectIO) -> None:
+        super().__init__(inner, "crash", None)
+
+    def create(self, name: str, data: bytes) -> None:
+        super().create(name, data)
+        self.last_date = float(int(time.time())) + 3600
+
+
+def test_a_store_whose_date_and_listed_times_disagree_is_refused(
+    memory_server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vsqs reads the store's clock from ``Date`` headers and listed times as
+    one clock: where they disagree by more than the bound for an object it
+    created, the probe refuses the store in one line."""
+    monkeypatch.setattr(_store_object, "_PROBED", {})
+    plain = object_store(memory_server, "dates")
+    with pytest.raises(vsqs.UnsupportedStore, match="Date header") as raised:
+        vsqs.Queue(ObjectStore(DateAhead(plain.io)))
+    assert "\n" not in str(raised.value)
+    assert not [n for n, _ in plain.io.listing() if n.startswith("vsqs-probe.")]
+
+
+class AnHourLater(FaultyIO):
+    """A store an hour after everything in it was written: objects created
+    before lists an hour older than they are, those created through it as
+    they are (a store that tells no ``Date``)."""
+
+    def __init__(self, inner: ObjectIO) -> None:
+        super().__init__(inner, "crash", None)
+        self.created: set[str] = set()
+
+    def create(self, name: str, data: bytes) -> None:
+        super().create(name, data)
+        self.created.add(name)
+
+    def listing(self, prefix: str = "") -> Iterator[tuple[str, float | None]]:
+        for name, modified in super().listing(prefix):
+            old = modified is not None and name not in self.created
+            yield name, modified - 3600 if old else modified
+
+
+def test_a_one_shot_gc_on_a_store_without_dates_finishes_an_old_abandoned_claim(
+    memory_server: Server,
+) -> None:
+    """An hour after a claimer died between its marker and its copy, a fresh
+    client runs ``gc()`` once on a store that tells no ``Date``. Its listing's
+    newest time was the marker's own, so nothing looked old; the measure of
+    its clock (an object it creates and lists) tells the store's time: the
+    move is an hour old and is finished at the first listing."""
+    plain, sent = abandoned_claim(memory_server, "one-shot-no-date")
+    clock = ahead(3600 + 1)  # a clock of its own: measured afresh
+    with vsqs.Queue(ObjectStore(AnHourLater(plain.io)), clock=clock) as once:
+        repaired = once.gc()
+    assert any(name.startswith(sent) for name in repaired), repaired
+
+
+def test_a_step_of_the_hosts_clock_is_measured_again_at_its_next_read() -> None:
+    """The host's clock stepping 40 s against its steady clock (an NTP step,
+    a resumed VM) is seen at the next read: the offset is measured again
+    before a name is written with it, and the step is no ClockSkew. Within a
+    window and without a step, the offset is read, not measured."""
+    wall, steady = FakeClock(5000.0), FakeClock(1000.0)
+    offset = StoreOffset(wall, steady, elapsed=steady)
+    measures: list[float] = []
+
+    def measure(read: Callable[[], float]) -> tuple[float, float]:
+        measures.append(read())
+        return 10_000.0 - read(), 10_000.0 - read()  # the store reads 10 000 now
+
+    assert offset.ms(measure) == 5_000_000
+    steady.advance(1)
+    wall.advance(1)
+    assert offset.ms(measure) == 5_000_000 and len(measures) == 1  # no step: read
+    wall.advance(CLOCK_BOUND + 10)  # stepped: the steady clock did not move
+    assert offset.ms(measure) == round((10_000.0 - wall()) * 1000)  # no ClockSkew
+    assert len(measures) == 2

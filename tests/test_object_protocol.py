@@ -408,9 +408,12 @@ def test_class_1_an_ack_and_an_extend_of_one_receipt_never_both_win(s3_server: S
         except vsqs.ReceiptExpired:
             outcome["extend"] = False
     assert sorted(outcome.values()) == [False, True], f"both or neither won: {outcome}"
-    clock = FakeClock(time.time() + 2)
+    clock = FakeClock(time.time())
     with vsqs.Queue(url, storage_options=s3_server.storage_options, clock=clock) as other:
-        again = other.receive()
+        again = other.receive()  # reads the store's clock: names are on it
+        if again is None:
+            clock.advance(2)  # past the extend's second
+            again = other.receive()
         if outcome["ack"]:
             assert again is None, "an acknowledged message came back"
         else:
@@ -425,7 +428,7 @@ def test_class_2_a_late_ack_cannot_land_inside_another_claim(s3_server: Server) 
     one-request ack), an acknowledged message would be delivered again."""
     options = s3_server.storage_options
     holder_clock = FakeClock(time.time())
-    claimer_clock = FakeClock(holder_clock.now + 31)  # where the late request lands
+    claimer_clock = FakeClock(holder_clock.now)
     plain = object_store(s3_server)
     url = plain.url
     acked: list[bool] = []
@@ -442,9 +445,11 @@ def test_class_2_a_late_ack_cannot_land_inside_another_claim(s3_server: Server) 
         vsqs.Queue(url, storage_options=options, clock=holder_clock) as holder,
         vsqs.Queue(claimer_store, clock=claimer_clock) as claimer,
     ):
+        assert claimer.receive() is None  # reads the store's clock: names are on it
         holder.send(b"x")
         msg = holder.receive(visibility_timeout=30)
         assert msg is not None
+        claimer_clock.advance(31)  # where the late request lands
         claimed = claimer.receive(visibility_timeout=60)
     assert acked == [False], "the late ack and the claim both won"
     assert claimed is not None and claimed.id == msg.id
@@ -583,8 +588,9 @@ def test_class_6_an_extend_back_to_an_earlier_expiry_keeps_the_message(
         assert msg is not None
         first = msg.extend(20)
         r1_expiry = names.parse(first.receipt).expiry_ms  # type: ignore[arg-type, union-attr]
+        assert first.visible_at is not None
+        back = first.visible_at.timestamp() - clock.now  # R1's expiry, on this client's clock
         msg.extend(30)
-        back = (r1_expiry - clock.now * 1000) / 1000  # type: ignore[operator]
         lister = ObjectStore(Interleave(store.io, on("copy"), list_meanwhile, after=True))
         with vsqs.Queue(lister, clock=clock) as q2:
             again = q2.extend(msg.receipt, back)  # type: ignore[arg-type]
@@ -1044,8 +1050,10 @@ def test_a_marker_whose_create_outcome_is_unknown_is_read_back(
     with vsqs.Queue(store) as q:
         sent = q.send(b"x")
     faulty = FaultyIO(store.io, fault, None)
-    later = FakeClock(time.time() + 1)  # the message is no young name: one listing
+    later = FakeClock(time.time())
     with vsqs.Queue(ObjectStore(faulty), clock=later) as q:
+        q.store.offset_ms(later)  # the store's clock, read before the faults are counted
+        later.advance(1)  # the message is no young name: one listing
         faulty.calls[0], faulty.fault_at = 0, 2  # 1: the listing, 2: the marker's create
         msg = q.receive()
     assert msg is not None and msg.id == sent

@@ -248,7 +248,7 @@ class DeadLetters:
         assert parsed is not None
         dlq = self.queue()
         assert dlq is not None
-        clock = names.MsClock(dlq.clock)
+        clock = dlq.store.ms_clock(dlq.clock)
         at = datetime.fromtimestamp(clock.now_ms() / 1000, UTC)
         # The claim that found it exhausted counted one receive nobody got.
         origin = DeadLettered(self._source.url, parsed.receive_count - 1, at)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -48,7 +48,8 @@ class DeadLettered:
     source: str
     #: How many times it had been received there.
     receive_count: int
-    #: When it was dead-lettered (UTC, ms precision, the dead-lettering client's clock).
+    #: When it was dead-lettered (UTC, ms precision): the dead-lettering
+    #: client's clock (on object stores, the store's), shown on the reader's.
     at: datetime
 
     def to_json(self) -> bytes:
@@ -181,13 +182,26 @@ class Message:
                 held.origin = find_records(store, self.id)
                 found = read_origin(store, held.origin)
             self._dead_lettered = found
-        assert self._dead_lettered is None or isinstance(self._dead_lettered, DeadLettered)
-        return self._dead_lettered
+        record = self._dead_lettered
+        assert record is None or isinstance(record, DeadLettered)
+        if record is None:
+            return None
+        return replace(record, at=self._local(round(record.at.timestamp() * 1000)))
+
+    def _local(self, ms: int) -> datetime:
+        """A time of a name on this client's clock (names are written on the
+        store's clock on object stores, docs/protocol.md)."""
+        queue = self._hold.queue
+        with storage_errors(f"reading the clock of {queue.url}"):  # a measure is a request
+            offset = queue.store.offset_ms(queue.clock)
+        return datetime.fromtimestamp((ms - offset) / 1000, UTC)
 
     @property
     def sent_at(self) -> datetime:
-        """When the message was sent (UTC, ms precision, the sender's clock)."""
-        return datetime.fromtimestamp(names.id_ms(self.id) / 1000, UTC)
+        """When the message was sent (UTC, ms precision): the sender's clock
+        (on object stores, the store's as the sender read it), shown on this
+        client's clock."""
+        return self._local(names.id_ms(self.id))
 
     @property
     def visible_at(self) -> datetime | None:
@@ -196,7 +210,7 @@ class Message:
             return None
         parsed = names.parse(self.receipt)
         assert parsed is not None and parsed.expiry_ms is not None
-        return datetime.fromtimestamp(parsed.expiry_ms / 1000, UTC)
+        return self._local(parsed.expiry_ms)
 
     @property
     def settled(self) -> bool:

@@ -30,7 +30,7 @@ import secrets
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import NamedTuple
 
 from ._errors import InvalidArgument, InvalidQueueName, InvalidReceipt
@@ -259,36 +259,68 @@ class IdGenerator:
 
 
 ids = IdGenerator()
-os.register_at_fork(after_in_child=ids._reset)
-_by_clock: weakref.WeakKeyDictionary[Callable[[], float], IdGenerator] = weakref.WeakKeyDictionary()
+_by_clock: weakref.WeakKeyDictionary[Callable[[], float], dict[Hashable, IdGenerator]] = (
+    weakref.WeakKeyDictionary()
+)
+_host: dict[Hashable, IdGenerator] = {None: ids}
 
 
-def id_generator(clock: Callable[[], float]) -> IdGenerator:
+def _reset_after_fork() -> None:
+    """A forked child draws fresh nonces in every generator: it is another sender."""
+    for generators in [_host, *_by_clock.values()]:
+        for generator in generators.values():
+            generator._reset()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def id_generator(clock: Callable[[], float], frame: Hashable = None) -> IdGenerator:
     """The process's generator for the wall clock; one per injected (test) clock.
 
     Every client of one clock shares a generator, so one thread's sends are in
-    order whichever ``Queue`` object they go through.
+    order whichever ``Queue`` object they go through; ``frame`` keeps apart
+    the clients of one clock that write ids on other clocks (object stores,
+    each on its own clock, ``None`` for the hosts' clocks), as their ms differ.
     """
-    if clock is time.time:
-        return ids
     try:
-        return _by_clock.setdefault(clock, IdGenerator())
+        found = _host if clock is time.time else _by_clock.setdefault(clock, {})
     except TypeError:  # not weak-referenceable
         return IdGenerator()
+    return found.setdefault(frame, IdGenerator())
+
+
+def _no_offset() -> int:
+    return 0
 
 
 class MsClock:
     """A clock read as the format needs it: whole ms for ids and expiries, and
-    the elapsed time of listings (monotonic, unless a test injected a clock)."""
+    the elapsed time of listings (monotonic, unless a test injected a clock).
 
-    def __init__(self, clock: Callable[[], float]) -> None:
+    ``offset`` gives the ms this client adds to its clock to read the time in
+    which names are written and judged (the store's clock on object stores,
+    measured; 0 on a directory, whose names are on the hosts' clocks), and
+    ``frame`` names that time (see :func:`id_generator`).
+    :meth:`local_ms` turns such a time back into this client's clock, for
+    what it shows its caller.
+    """
+
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        offset: Callable[[], int] = _no_offset,
+        frame: Hashable = None,
+    ) -> None:
         self.clock = clock
         self.elapsed = time.monotonic if clock is time.time else clock
-        self._ids = id_generator(clock)
+        self.offset = offset
+        self._ids = id_generator(clock, frame)
 
     def now_ms(self) -> int:
         """The clock in whole ms, rounded down: what has surely passed."""
-        return int(self.clock() * 1000)
+        offset = self.offset()  # first: a measure may take a request
+        return int(self.clock() * 1000) + offset
 
     def expiry_ms(self, after_ms: int) -> int:
         """``after_ms`` from now, rounded up: a holder never gets less than asked.
@@ -297,7 +329,12 @@ class MsClock:
         """
         if after_ms == 0:
             return self.now_ms()
-        return math.ceil(self.clock() * 1000) + after_ms
+        offset = self.offset()
+        return math.ceil(self.clock() * 1000) + offset + after_ms
+
+    def local_ms(self, ms: int) -> int:
+        """A time of a name (ms) on this client's clock."""
+        return ms - self.offset()
 
     def next_id(self) -> str:
         """A fresh message id, ordered after this process's earlier ones."""

@@ -25,7 +25,8 @@ def refuse_same(verb: str, source: Queue, destination: Queue) -> None:
     """Raise :class:`InvalidArgument` if a move from ``source`` into
     ``destination`` would feed the queue it drains (see :func:`same_place`;
     the probe goes into ``destination``)."""
-    if same_place(destination.store, source.store, names.MsClock(destination.clock).next_id):
+    fresh_id = destination.store.ms_clock(destination.clock).next_id
+    if same_place(destination.store, source.store, fresh_id):
         alias = "" if source.url == destination.url else f" ({destination.url} is the same queue)"
         raise InvalidArgument(f"cannot {verb} {source.url} into itself{alias}")
 

@@ -130,7 +130,7 @@ class Queue:
         if durable is None:
             durable = env_flag(ENV_DURABLE, True)
         self.durable = bool(durable) and self._store.durable
-        self._clock = names.MsClock(clock)
+        self._clock = self._store.ms_clock(clock)
         if new_grace is None:
             new_grace = inspect.default_new_grace()
         self._new_grace_ms = int(seconds(new_grace, "new_grace") * 1000)

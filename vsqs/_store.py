@@ -15,6 +15,8 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import ClassVar, TypeVar
 
+from ._names import MsClock
+
 T = TypeVar("T")
 
 #: Name changes (``list`` is a method name inside :class:`Store`).
@@ -129,6 +131,17 @@ class Store(ABC):
     def refusal(self) -> str:
         """Why claims cannot be exclusive here, in the store's own words ('' if unknown)."""
         return ""
+
+    def offset_ms(self, clock: Callable[[], float]) -> int:
+        """Milliseconds a client of ``clock`` adds to it to read the time in
+        which names are written and judged: 0 here (names are on the hosts'
+        clocks, docs/format.md); object stores measure their own clock."""
+        return 0
+
+    def ms_clock(self, clock: Callable[[], float]) -> MsClock:
+        """``clock`` read as a client of this store writes and judges names
+        (here: as it reads; object stores add their offset)."""
+        return MsClock(clock)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (file descriptors, sessions). Idempotent."""

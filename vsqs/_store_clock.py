@@ -24,18 +24,22 @@ other clients' objects are never judged old early. It may be less: a client
 that has listed nothing recent finishes an abandoned move up to the age
 limit later than one that has.
 
-The host's wall clock still writes expiries and ids into names, which other
-hosts read (docs/protocol.md, "Whose clock decides expiry"). The same
-listings bound how far it is from the store's: beyond :data:`CLOCK_BOUND`
-seconds either way, :meth:`StoreClock.check` raises :class:`ClockSkew`.
+Expiries and ids in names are written on the store's clock too, as each
+client reads it: its own clock plus the offset :class:`StoreOffset` measured
+(docs/protocol.md, "Whose clock decides expiry"). The listings also bound
+how far the host's wall clock is from the store's: beyond
+:data:`CLOCK_BOUND` seconds either way, :meth:`StoreClock.check` raises
+:class:`ClockSkew`, and so does a re-measured offset that moved by more.
 """
 
 from __future__ import annotations
 
 import math
 import threading
+import time
+import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 from ._errors import ClockSkew
 
@@ -50,6 +54,15 @@ WINDOW = 300.0
 REMEMBERED = 100_000
 #: The resolution of listed times assumed when checking a host's lead (S3's).
 RESOLUTION = 1.0
+#: A change of a host's wall clock against its steady clock (seconds) taken
+#: for a step of it: its offset is measured again before it is read.
+STEP = 1.0
+
+Clock = Callable[[], float]
+#: ``measure(read)``: the least and the greatest the store's clock minus
+#: ``read()``'s can be (seconds), from one request; ``None`` if the store
+#: tells no time.
+Measure = Callable[[Clock], "tuple[float, float] | None"]
 
 
 class _RecentMax:
@@ -185,3 +198,98 @@ def _trim(remembered: OrderedDict[str, float]) -> None:
     younger, never older)."""
     while len(remembered) > REMEMBERED:
         remembered.popitem(last=False)
+
+
+class StoreOffset:
+    """How far one host clock is from one store's clock: the milliseconds a
+    client adds to its clock to read the time names are written in.
+
+    A measure bounds the offset between two figures (a ``Date`` names a whole
+    second, and the request took some time); the offset taken is the one of
+    them nearest to none: 0 when the clock may agree with the store's (so
+    hosts synchronised to each other stay so to the ms), else the nearer
+    bound (a host off by more is corrected to within the bounds' distance).
+
+    Measured at the first read, then again at the first read after
+    :data:`WINDOW` seconds of ``steady`` time, or after ``clock`` stepped by
+    more than :data:`STEP` against its steady clock (``time.monotonic`` for
+    the host's ``time.time``; an injected clock is its own, so moving a test's
+    clock by hand is time passing, never a step). A re-measure that finds the
+    offset moved by more than :data:`CLOCK_BOUND` (the clock stepped with no
+    steady clock to tell) raises :class:`ClockSkew` once, and the new offset
+    is used from then on. Thread-safe.
+    """
+
+    def __init__(self, clock: Clock, steady: Clock, elapsed: Clock | None = None) -> None:
+        self._clock = clock
+        #: The steady clock ``clock`` is checked against for steps.
+        self._elapsed = elapsed or (time.monotonic if clock is time.time else clock)
+        self._steady = steady
+        self._lock = threading.Lock()
+        self._ms: int | None = None  # None: not measured, or the store tells no time
+        self._measured_at = -math.inf
+        self._drift = 0.0  # clock minus its steady clock, when measured
+        self._measuring = False
+
+    def ms(self, measure: Measure) -> int:
+        """The offset in whole ms (0 if the store tells no time).
+
+        No lock is held across the measure's requests: until a first measure
+        (or one after a step) returns, each caller measures for itself; a
+        re-measure is made by one caller while the others read the offset
+        it replaces."""
+        with self._lock:
+            now, drift = self._steady(), self._clock() - self._elapsed()
+            stepped = abs(drift - self._drift) > STEP
+            known = self._measured_at > -math.inf and not stepped
+            if known and (now - self._measured_at < WINDOW or self._measuring):
+                return self._ms or 0
+            self._measuring = True
+        try:
+            found = measure(self._clock)
+        finally:
+            with self._lock:
+                self._measuring = False
+        with self._lock:
+            self._measured_at, self._drift = now, drift
+            before, self._ms = self._ms, None if found is None else _nearest_to_none(*found)
+            if known and before is not None and self._ms is not None:
+                moved = abs(self._ms - before) / 1000
+                if moved > CLOCK_BOUND:
+                    raise ClockSkew(
+                        f"this host's clock moved {moved:.0f} s against the store's since it "
+                        f"was measured (the bound is {CLOCK_BOUND:.0f} s): names written "
+                        "meanwhile were off by as much (docs/protocol.md)"
+                    )
+            return self._ms or 0
+
+
+def _nearest_to_none(least: float, greatest: float) -> int:
+    """The offset in ``[least, greatest]`` (seconds) nearest to 0, in whole ms."""
+    return round(min(max(0.0, least), greatest) * 1000)
+
+
+_OFFSETS: weakref.WeakKeyDictionary[Clock, dict[Hashable, StoreOffset]] = (
+    weakref.WeakKeyDictionary()
+)
+_HOST_OFFSETS: dict[Hashable, StoreOffset] = {}  # time.time's (a builtin: no weak reference)
+_OFFSETS_LOCK = threading.Lock()
+
+
+def store_offset(clock: Clock, scope: Hashable, steady: Clock) -> StoreOffset | None:
+    """The offset of ``clock`` to the store ``scope`` names, shared by every
+    client of that clock (one host: clients that share a clock object agree
+    on its offset, as they share its id generator); ``None`` if ``clock``
+    cannot be weakly referenced (the caller keeps its own)."""
+    with _OFFSETS_LOCK:
+        if clock is time.time:
+            found = _HOST_OFFSETS
+        else:
+            try:
+                found = _OFFSETS.setdefault(clock, {})
+            except TypeError:
+                return None
+        offset = found.get(scope)
+        if offset is None:
+            offset = found[scope] = StoreOffset(clock, steady)
+        return offset

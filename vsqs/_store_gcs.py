@@ -78,6 +78,12 @@ class GCSObjects(FsspecObjects):
         self.bucket, _, key = self.root.partition("/")
         self.prefix = f"{key}/" if key else ""
 
+    def store_date(self) -> float | None:
+        """The ``Date`` of one ``GET`` of the bucket's metadata (whole seconds)."""
+        with self._request("head"):
+            headers, _ = self.fs.call("GET", "b/{}", self.bucket)
+        return http_date(headers.get("Date"))
+
     def listing(self, prefix: str = "") -> Iterator[tuple[str, float | None]]:
         """One ``GET`` per page of 1 000 names under the queue's prefix and
         ``prefix``, in name order; the delimiter keeps keys under the queue out."""

@@ -59,10 +59,10 @@ from itertools import count
 from typing import ClassVar
 
 from . import _names as names
-from ._errors import QueueNotFound, UnsupportedStore
+from ._errors import QueueNotFound, UnsupportedStore, storage_errors
 from ._fanout import IN_FLIGHT, Outcome, fan_out
 from ._store import Outcomes, OutcomeUnknown, Store
-from ._store_clock import StoreClock
+from ._store_clock import CLOCK_BOUND, RESOLUTION, StoreClock, StoreOffset, store_offset
 
 log = logging.getLogger("vsqs")
 
@@ -179,6 +179,13 @@ class ObjectIO(ABC):
         """The store's clock minus this host's, in seconds, if the store tells (one request)."""
         return None
 
+    def store_date(self) -> float | None:
+        """The store's clock, from the ``Date`` of one request that carries no
+        data (S3: a ``HEAD`` of the bucket), truncated to whole seconds as
+        HTTP dates are; ``None`` if the store tells none (then vsqs reads its
+        clock from the listed time of an object it creates)."""
+        return None
+
     @abstractmethod
     def sibling(self, name: str) -> ObjectIO:
         """The adapter of the queue ``name`` next to this one."""
@@ -292,6 +299,7 @@ class ObjectStore(Store):
         self._durations = monotonic or time.monotonic
         steady = monotonic or (time.monotonic if clock is time.time else clock)
         self._ages = StoreClock(clock, steady)
+        self._offsets: dict[Callable[[], float], StoreOffset] = {}
         self._lock = threading.Lock()
         self._doomed: dict[str, None] = {}  # acknowledged names to delete (ordered set)
         self._spent: dict[str, None] = {}  # markers and probes to delete
@@ -320,6 +328,7 @@ class ObjectStore(Store):
         except UnsupportedStore as exc:
             return Capabilities(False, None, str(exc))
         try:
+            self._check_dates(name, self.io.last_date)
             try:
                 self.io.create(name, b"2")
             except FileExistsError:
@@ -335,15 +344,86 @@ class ObjectStore(Store):
         offset = self.io.clock_offset()
         if offset is not None and abs(offset) > CLOCK_WARNING:
             log.warning(
-                "%s: this host's clock is %+.1f s off the store's; visibility timeouts "
-                "shared with other hosts are off by as much (docs/protocol.md)",
+                "%s: this host's clock is %+.1f s off the store's; vsqs writes names on "
+                "the store's clock, but synchronise it (docs/protocol.md)",
                 self.url,
                 -offset,
             )
         return Capabilities(exclusive, offset, refusal)
 
+    def _check_dates(self, name: str, date: float | None) -> None:
+        """Refuse a store whose ``Date`` (``date``, of the response that created
+        ``name``) and listed modification time of ``name`` disagree by more
+        than the resolution and :data:`CLOCK_BOUND`: vsqs reads the store's
+        clock from both, as one clock (docs/protocol.md, "Assumptions")."""
+        if date is None:
+            return  # no Date to compare (and no listing spent)
+        listed = next((m for n, m in self.io.listing(name) if n == name), None)
+        if listed is not None and abs(listed - date) > RESOLUTION + CLOCK_BOUND:
+            raise UnsupportedStore(
+                f"{self.url}: the store's Date header and the modification time it lists "
+                f"for one object disagree by {listed - date:+.0f} s; vsqs reads both as "
+                "the store's one clock (docs/protocol.md)"
+            )
+
     def exclusive_claims(self) -> bool:
         return self.capabilities.exclusive_create
+
+    # ---------------------------------------------------------------- clock
+    def ms_clock(self, clock: Callable[[], float]) -> names.MsClock:
+        """``clock`` plus its offset to the store's clock (a failed measure
+        raises :class:`vsqs.StorageError`); ids of one clock on one bucket
+        come from one generator, apart from the same clock's on other stores."""
+
+        def offset() -> int:
+            with storage_errors(lambda: f"reading the clock of {self.url}"):  # a request
+                return self.offset_ms(clock)
+
+        return names.MsClock(clock, offset, self.io.probe_scope)
+
+    def offset_ms(self, clock: Callable[[], float]) -> int:
+        """Milliseconds ``clock`` is behind the store's clock, as measured (see
+        :class:`~vsqs._store_clock.StoreOffset`): a client adds them to read
+        the time in which names are written and judged. Shared by the clients
+        of one clock object on one bucket; 0 if the store tells no time."""
+        offset = self._offsets.get(clock)
+        if offset is None:
+            found = store_offset(clock, self.io.probe_scope, self._durations)
+            offset = found or StoreOffset(clock, self._durations)
+            with self._lock:
+                offset = self._offsets.setdefault(clock, offset)
+        return offset.ms(self._measure)
+
+    def _measure(self, read: Callable[[], float]) -> tuple[float, float] | None:
+        """The least and the greatest the store's clock minus ``read()``'s can
+        be (seconds): the store read a time within the second a ``Date`` names
+        (of one request), or at the listed time of an object created for it
+        (on a store that tells no ``Date``; deleted at once, or collected as
+        a probe if its client dies first; a whole second is taken for a
+        truncated time), while ``read()`` read between its readings around
+        that request. Both also tell :class:`StoreClock` the store's time (a
+        first listing can then age what it lists)."""
+        before = read()
+        date = self.io.store_date()
+        after = read()
+        if date is not None:
+            self._ages.dated(date)
+            stamp, resolution = date, RESOLUTION
+        else:
+            name = f"{PROBE_PREFIX}{secrets.token_hex(8)}"
+            before = read()
+            self.io.create(name, b"")
+            after = read()
+            try:
+                listed = next((m for n, m in self.io.listing(name) if n == name), None)
+            finally:
+                if self.io.remove([name]):
+                    self._spend(name)
+            if listed is None:
+                return None
+            self._ages.observed(name, listed)
+            stamp, resolution = listed, RESOLUTION if listed.is_integer() else 0.0
+        return stamp - after, stamp + resolution - before
 
     @property
     def protocol(self) -> str:

@@ -247,13 +247,17 @@ class S3Objects(FsspecObjects):
             failed.extend(error["Key"][len(self.prefix) :] for error in response.get("Errors", ()))
         return failed
 
+    def store_date(self) -> float | None:
+        """The ``Date`` header of a ``HEAD`` of the bucket (whole seconds)."""
+        self.count("head")
+        response = self._call("head_bucket")
+        return http_date(response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date"))
+
     def clock_offset(self) -> float | None:
         """From the ``Date`` header of a ``HEAD`` of the bucket (whole seconds)."""
-        self.count("head")
         before = time.time()
-        response = self._call("head_bucket")
+        date = self.store_date()
         after = time.time()
-        date = http_date(response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date"))
         if date is None:
             return None
         # The header truncates to the second: the server's time was in [date, date + 1).

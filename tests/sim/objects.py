@@ -128,6 +128,14 @@ class SimObjects(ObjectIO):
                 return
             after = page[-1][0]
 
+    def store_date(self) -> float | None:
+        """The bucket's time truncated to the second, as a ``HEAD``'s ``Date``
+        (none where the plan's store tells no times)."""
+        if self.stamps == "none":
+            return None
+        date: float = self._request(f"head {self.prefix}", lambda: self.bucket.now)
+        return float(int(date))
+
     def _stamp(self, modified: float) -> float | None:
         if self.stamps == "seconds":
             return float(int(modified))

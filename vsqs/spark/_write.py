@@ -52,10 +52,11 @@ def job_nonce() -> str:
     return secrets.token_hex(JOB_NONCE_LEN // 2)
 
 
-def _task_ids(job: str) -> Iterator[str]:
-    """Fresh ids of one task of ``job``: in issue order, ending in the job's
-    nonce and a nonce of the task (a collision is drawn again by ``stage``)."""
-    clock = names.MsClock(time.time)
+def _task_ids(store: Store, job: str) -> Iterator[str]:
+    """Fresh ids of one task of ``job`` on ``store``'s clock: in issue order,
+    ending in the job's nonce and a nonce of the task (a collision is drawn
+    again by ``stage``)."""
+    clock = store.ms_clock(time.time)
     task = secrets.token_hex((names.NONCE_LEN - JOB_NONCE_LEN) // 2)
     while True:
         yield clock.next_id()[: -names.NONCE_LEN] + job + task
@@ -84,7 +85,7 @@ class QueueWriter(DataSourceWriter):
     def write(self, iterator: Iterator[Row]) -> Staged:
         store = open_existing(self.options)
         staged: list[str] = []
-        next_id = _task_ids(self.job).__next__
+        next_id = _task_ids(store, self.job).__next__
         try:
             for row in iterator:
                 body = row[self.column]
@@ -104,7 +105,7 @@ class QueueWriter(DataSourceWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         store = open_existing(self.options)
-        clock = names.MsClock(time.time)
+        clock = store.ms_clock(time.time)
         delay_ms = int(self.options.delay * 1000)
         visible_at = clock.expiry_ms(delay_ms) if delay_ms else None
         ids = sorted(i for m in messages if isinstance(m, Staged) for i in m.ids)

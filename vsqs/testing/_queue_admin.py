@@ -73,7 +73,7 @@ class AdminTests:
             calls: list[tuple[int, int | None]] = []
             assert q.purge(progress=lambda done, total: calls.append((done, total))) == 3
             assert calls == [(1, 3), (2, 3), (3, 3)]
-            stale = names.new_name(names.MsClock(clock).next_id())
+            stale = names.new_name(store.ms_clock(clock).next_id())
             store.write_new(stale, b"half written", fsync=False)
             clock.advance(61)
             calls.clear()
@@ -121,7 +121,7 @@ class AdminTests:
                 assert foreign[0].endswith(names.ORIGIN_SUFFIX) and foreign[1] == names.CONFIG_NAME
                 held = dlq.receive(visibility_timeout=0)
                 assert held is not None and held.dead_lettered == origin
-            assert vsqs.redrive(dlq_store, store) == 1
+                assert vsqs.redrive(dlq, q) == 1  # on this test's clock
             assert [m for m in dlq_store.list() if m != names.CONFIG_NAME] == []  # record too
             back = q.receive()
             assert back is not None and back.id == poison and back.receive_count == 1
@@ -191,7 +191,7 @@ class AdminTests:
         """The guard of moves between queues: two queues are two places, one
         is one; looking writes a ``.new`` probe that is gone afterwards."""
         with vsqs.Queue(store) as q, vsqs.Queue(store.sibling("other")) as other:
-            fresh_id = names.MsClock(q.clock).next_id
+            fresh_id = store.ms_clock(q.clock).next_id
             assert not same_place(q.store, other.store, fresh_id)
             assert not same_place(other.store, q.store, fresh_id)
             for place in (store, other.store):
@@ -227,7 +227,8 @@ class AdminTests:
         self, store: vsqs.Store, clock: FakeClock
     ) -> None:
         with vsqs.Queue(store, clock=clock, new_grace=60) as q:
-            leftover = names.new_name(names.id_generator(clock).next_id(int(clock.now * 1000)))
+            # A writer's id of now, on the clock names are written on here.
+            leftover = names.new_name(store.ms_clock(clock).next_id())
             foreign = ["notes.txt", "1234", "x" * names.ID_LEN, leftover[:-4] + ".old", "a.new"]
             store.write_new(leftover, b"half a mess", fsync=False)
             for name in foreign:
