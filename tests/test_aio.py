@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -65,25 +66,41 @@ def test_a_long_poll_does_not_block_the_event_loop(tmp_path: Path) -> None:
     assert ticks >= 20, f"the loop ticked {ticks} times in 0.5 s: something blocked it"
 
 
-def test_cancelling_a_long_poll_is_prompt_and_keeps_nothing_hidden(tmp_path: Path) -> None:
+class HeldRead(vsqs.LocalStore):
+    """A local store whose first read of a claimed message waits until told:
+    a receive is held between its claim and its return."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.claimed = threading.Event()
+        self.go_on = threading.Event()
+
+    def read_limited(self, name: str, limit: int) -> bytes:
+        if "." in name and not self.claimed.is_set():
+            self.claimed.set()
+            assert self.go_on.wait(30)
+        return super().read_limited(name, limit)
+
+
+def test_a_cancelled_receive_gives_back_its_claim_uncounted(tmp_path: Path) -> None:
+    """The receive's thread claims a message, then its caller is cancelled:
+    the claim is visible again at once with the receive count it had."""
+    store = HeldRead(str(tmp_path / "q"))
+
     async def main() -> None:
-        async with vsqs.aio.Queue(tmp_path / "q", visibility_timeout=600) as q:
-            sync = await q.open()
-            receiving = asyncio.create_task(q.receive(wait=30))
-            await asyncio.sleep(0.2)
-            receiving.cancel()
-            # Block the loop while a message arrives, so the receive's thread
-            # claims it before the cancellation is seen: it must give it back.
-            sync.send(b"arrived while cancelling")
-            time.sleep(0.5)
-            started = time.monotonic()
-            with pytest.raises(asyncio.CancelledError):
-                await receiving
-            assert time.monotonic() - started < 1.0
-            again = await q.receive(wait=5)
-            assert again is not None and again.body == b"arrived while cancelling"
-            assert again.receive_count == 2, "the cancelled receive had claimed it"
-            await again.delete()
+        with vsqs.Queue(store, visibility_timeout=600) as sync:
+            sync.send(b"claimed while cancelling")
+            async with vsqs.aio.Queue(sync) as q:
+                receiving = asyncio.create_task(q.receive(wait=30))
+                assert await asyncio.to_thread(store.claimed.wait, 30)
+                receiving.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await receiving  # at once: the thread is still held in its read
+                store.go_on.set()
+                again = await q.receive(wait=30)  # given back: no visibility timeout to wait out
+                assert again is not None and again.body == b"claimed while cancelling"
+                assert again.receive_count == 1, "the cancelled receive delivered nothing"
+                await again.delete()
 
     asyncio.run(main())
 

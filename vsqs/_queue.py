@@ -685,4 +685,14 @@ class Queue:
         )
 
 
+def give_back(queue: Queue, messages: Iterable[Message]) -> None:
+    """Make messages ``queue`` received for a caller that never got them (a
+    cancelled asyncio receive) visible again at once, with the receive count
+    they had before: a receive that delivered nothing counts nothing. One
+    that cannot be given back stays hidden until its visibility timeout (logged)."""
+    held = [m.receipt for m in messages if m.receipt is not None]
+    with storage_errors(f"giving back to {queue.url}"):
+        queue._receiver.give_back(held)
+
+
 __all__ = ["Queue"]

@@ -700,6 +700,22 @@ class Receiver:
                 left.append((plan.held, plan.expiry_ms))
         return left
 
+    def give_back(self, held: list[str]) -> None:
+        """Make claims that reached no caller (a cancelled asyncio receive)
+        visible again at once, uncounted, as :meth:`_give_back` does with
+        claims whose body could not be read."""
+        plans = []
+        for name in held:
+            parsed = names.parse(name)
+            if parsed is not None and parsed.expiry_ms is not None:
+                plans.append(Plan(name, parsed.id, name, parsed.receive_count, parsed.expiry_ms))
+        left = self._give_back(plans)
+        with self._lock:
+            for name in held:
+                self._candidates.forget(name)
+            for name, expiry in left:
+                self._candidates.add_invisible(name, expiry)
+
     def _pass_over(self, plan: Plan, error: TooLarge) -> None:
         """A message too large to read: held until its visibility timeout runs
         out (not released, so others do not take it at once), and never

@@ -15,7 +15,8 @@ I/O: it is opened (and created) by the first call, or by ``async with``.
 Cancelling a long-poll ``receive(wait=...)`` raises ``CancelledError`` in the
 caller at once. The thread behind it stops at its next wake-up (within about
 a second) without claiming more; a message it had claimed just before is
-released at once, so a cancelled receive never keeps a message hidden.
+given back at once, with the receive count it had (it reached nobody), so a
+cancelled receive never keeps a message hidden and never counts.
 """
 
 from __future__ import annotations
@@ -205,7 +206,7 @@ class Queue:
             got = await asyncio.shield(asyncio.wrap_future(future))
         except asyncio.CancelledError:
             cancelled.set()
-            future.add_done_callback(_release_unwanted)
+            future.add_done_callback(functools.partial(_give_back_unwanted, queue))
             raise
         finally:
             self._receives.discard(cancelled)
@@ -390,15 +391,15 @@ def _unwrap(msg_or_receipt: Message | str) -> _message.Message | str:
     return msg_or_receipt.sync if isinstance(msg_or_receipt, Message) else msg_or_receipt
 
 
-def _release_unwanted(future: Future[list[_message.Message]]) -> None:
-    """Release what a receive claimed after its caller was cancelled."""
+def _give_back_unwanted(queue: _queue.Queue, future: Future[list[_message.Message]]) -> None:
+    """Give back what a receive claimed after its caller was cancelled:
+    visible again at once, its receive count as before (it reached nobody)."""
     if future.cancelled() or future.exception() is not None:
         return
-    for message in future.result():
-        try:
-            message.release()
-        except VsqsError as exc:  # it comes back at its visibility timeout anyway
-            log.warning("%s: could not release after a cancelled receive: %s", message.id, exc)
+    try:
+        _queue.give_back(queue, future.result())
+    except VsqsError as exc:  # it comes back at its visibility timeout anyway
+        log.warning("%s: could not give back after a cancelled receive: %s", queue.url, exc)
 
 
 __all__ = ["Message", "Queue", "redrive"]
