@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import os
+import pickle
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -286,3 +288,39 @@ def test_environment_defaults_yield_to_arguments_and_the_queue_config(
     monkeypatch.setenv("VSQS_VISIBILITY_TIMEOUT", "99")  # only for queues created now
     with vsqs.Queue(tmp_path / "q") as q:
         assert q.config.visibility_timeout == 7
+
+
+_FILE_SIZE_LIMITED_BATCH = """
+import pickle, resource, sys
+import vsqs
+q = vsqs.Queue(sys.argv[1], durable=sys.argv[2] == "durable")
+# Files of this process may not grow past 4 KiB (Python ignores SIGXFSZ: EFBIG).
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+try:
+    q.send_batch([b"a", b"b", b"c" * 8192, b"d"])
+except vsqs.VsqsError as exc:
+    sys.stdout.buffer.write(pickle.dumps(exc))
+"""
+
+
+@pytest.mark.parametrize("durable", ["durable", "not-durable"])
+def test_a_send_batch_that_fails_on_a_full_file_says_which_it_sent(
+    tmp_path: Path, durable: str
+) -> None:
+    """A real failure mid-batch: the third file cannot grow (RLIMIT_FSIZE).
+    The error, pickled across processes, names the messages sent: the first
+    two when sends go one after another, none when the batch is staged first."""
+    path = tmp_path / "q"
+    done = subprocess.run(
+        [sys.executable, "-c", _FILE_SIZE_LIMITED_BATCH, str(path), durable],
+        capture_output=True,
+        check=True,
+        timeout=120,
+    )
+    error = pickle.loads(done.stdout)
+    assert isinstance(error, vsqs.StorageError) and "File too large" in str(error)
+    with vsqs.Queue(path, create=False) as q:
+        got = q.receive_batch(10)
+        assert [m.id for m in got] == error.sent
+        assert [m.body for m in got] == ([] if durable == "durable" else [b"a", b"b"])
+    assert sorted(os.listdir(path)) == sorted([names.CONFIG_NAME, *(m.receipt for m in got)])

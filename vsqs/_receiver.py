@@ -9,18 +9,19 @@ needs no :class:`vsqs.Queue`.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import heapq
 import logging
 import math
 import random
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from . import _names as names
-from ._errors import VsqsError, storage_errors
+from ._errors import QueueClosed, VsqsError, storage_errors
 from ._fanout import fan_out
 from ._inspect import collect_stale_new, stale_new_before
 from ._store import Outcomes, OutcomeUnknown, Store, TooLarge
@@ -58,6 +59,9 @@ COSTLY_SPREAD = 5
 POLL_INTERVAL = 0.2
 IDLE_AFTER = 10.0
 DEFAULT_MAX_POLL_INTERVAL = 2.0
+#: A closing receiver wakes the long polls under way again this often (seconds)
+#: until they have ended: one between its check and its wait misses a wake.
+CLOSE_WAKES = 0.01
 #: A receiver with an arrival feed reads it at least every FEED_EVERY claims.
 FEED_EVERY = 64
 #: On stores that list in order (object stores), a listing stops once it has
@@ -361,6 +365,10 @@ class Receiver:
         self._max_poll_interval = max_poll_interval
         self._lock = threading.Lock()
         self._candidates = Candidates()
+        self._closed = threading.Event()
+        #: Guards ``_receiving``, the receives under way; notified as one ends.
+        self._calls = threading.Condition(threading.Lock())
+        self._receiving = 0
         self._received_at = clock.elapsed()  # when a receive last got something
         #: Ids of messages too large to read: passed over for good (docs/format.md).
         self._oversized: set[str] = set()
@@ -425,8 +433,10 @@ class Receiver:
         """
         deadline = time.monotonic() + wait
         idle_wakes = 0
-        with storage_errors(lambda: f"receiving from {self._store.url}"):
+        with self._call(), storage_errors(lambda: f"receiving from {self._store.url}"):
             while True:
+                if self._closed.is_set():
+                    raise QueueClosed(f"{self._store.url}: the queue is closed")
                 if stop is not None and stop.is_set():
                     return []
                 got = self._claim_available(max_messages, vt_ms, max_receives, exhausted, max_size)
@@ -450,6 +460,28 @@ class Receiver:
                 self._wait(deadline - time.monotonic())
                 idle_wakes += 1
 
+    @contextlib.contextmanager
+    def _call(self) -> Iterator[None]:
+        """Count a receive under way, for :meth:`close`."""
+        with self._calls:
+            self._receiving += 1
+        try:
+            yield
+        finally:
+            with self._calls:
+                self._receiving -= 1
+                self._calls.notify_all()
+
+    def close(self) -> None:
+        """Make every receive raise :class:`QueueClosed`; return once those
+        under way have ended (a long poll is woken at once)."""
+        self._closed.set()
+        with self._calls:
+            while self._receiving:
+                # A receive between its check and its wait misses one wake: wake again.
+                self._store.wake()
+                self._calls.wait(CLOSE_WAKES)
+
     def poll_interval(self) -> float:
         """How long a waiting receiver sleeps between listings of a polled store now."""
         if self._clock.elapsed() - self._received_at < IDLE_AFTER:
@@ -467,7 +499,7 @@ class Receiver:
         if next_expiry is not None:
             timeout = min(timeout, max(0.0, (next_expiry - self._clock.now_ms()) / 1000))
         if polled:
-            time.sleep(timeout)  # only a listing can tell what changed
+            self._closed.wait(timeout)  # only a listing can tell what changed
         else:
             self._store.wait_for_change(c.token, timeout)
 

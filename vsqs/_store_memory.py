@@ -23,6 +23,7 @@ class _Namespaces:
         self.changed = threading.Condition(threading.Lock())
         self.queues: dict[str, dict[str, bytes]] = {}
         self.version = 0
+        self.wakes = 0  # calls of MemoryStore.wake on any queue of the set
 
 
 class MemoryStore(Store):
@@ -103,7 +104,14 @@ class MemoryStore(Store):
         return self._spaces.version
 
     def wait_for_change(self, token: Hashable, timeout: float) -> bool:
-        with self._spaces.changed:
-            return self._spaces.changed.wait_for(
-                lambda: self._spaces.version != token, timeout=timeout
+        spaces = self._spaces
+        with spaces.changed:
+            wakes = spaces.wakes
+            return spaces.changed.wait_for(
+                lambda: spaces.version != token or spaces.wakes != wakes, timeout=timeout
             )
+
+    def wake(self) -> None:
+        with self._spaces.changed:
+            self._spaces.wakes += 1
+            self._spaces.changed.notify_all()

@@ -36,7 +36,7 @@ from . import _message, _queue
 from ._aio_sigterm import sigterm_cancels
 from ._config import positive_int
 from ._dead_letter import redrive as sync_redrive
-from ._errors import VsqsError
+from ._errors import QueueClosed, VsqsError
 from ._message import Body, DeadLettered, DeleteResult, Progress, QueueStats
 from ._worker import (
     Backoff,
@@ -125,13 +125,19 @@ class Queue:
         self._executor = ThreadPoolExecutor(max_threads, thread_name_prefix="vsqs-aio")
         self._opening: asyncio.Lock | None = None
         self._receives: set[threading.Event] = set()
+        self._closed = False
 
     async def _call(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
 
     async def open(self) -> _queue.Queue:
-        """Open (and by default create) the queue; return the synchronous one behind it."""
+        """Open (and by default create) the queue; return the synchronous one behind it.
+
+        Raises :class:`vsqs.QueueClosed` once :meth:`close` was called.
+        """
+        if self._closed:
+            raise QueueClosed(f"{self.url}: the queue is closed")
         if self._sync is None:
             if self._opening is None:
                 self._opening = asyncio.Lock()
@@ -141,12 +147,20 @@ class Queue:
         return self._sync
 
     async def close(self) -> None:
-        """Stop pending receives and close the queue (if this facade opened it)."""
+        """Stop pending receives and close the queue (if this facade opened it).
+
+        Every later call raises :class:`vsqs.QueueClosed`; a long poll under
+        way is woken and returns nothing, and other calls under way finish first.
+        """
+        self._closed = True
         for cancelled in list(self._receives):
             cancelled.set()
+        sync = self._sync
+        if sync is not None:
+            sync.store.wake()  # the long polls under way see their stop set
         await asyncio.to_thread(self._executor.shutdown, wait=True)
-        if self._sync is not None and self._owns_sync:
-            self._sync.close()
+        if sync is not None and self._owns_sync:
+            sync.close()
 
     async def __aenter__(self) -> Queue:
         await self.open()
