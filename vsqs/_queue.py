@@ -82,7 +82,9 @@ class Queue:
       consumer; with several consumers, receives are spread over the head of
       the queue.
 
-    A ``Queue`` is thread-safe and may be shared by threads of one process.
+    A ``Queue`` is thread-safe and may be shared by threads of one process;
+    a process forked while they use it gets a working copy (no lock a thread
+    of the parent held stays held; docs/guarantees.md, "After fork").
 
     ``visibility_timeout``, ``max_receives``, ``dead_letter``, ``retry_delay``,
     ``max_retry_delay`` and ``max_message_size`` are the queue's defaults,

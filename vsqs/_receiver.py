@@ -20,6 +20,7 @@ from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from . import _forks
 from . import _names as names
 from ._errors import QueueClosed, VsqsError, storage_errors
 from ._fanout import fan_out
@@ -363,12 +364,13 @@ class Receiver:
         self._clock = clock
         self._new_grace_ms = new_grace_ms
         self._max_poll_interval = max_poll_interval
-        self._lock = threading.Lock()
+        self._lock = _forks.lock()
         self._candidates = Candidates()
-        self._closed = threading.Event()
+        self._closed = _forks.event()
         #: Guards ``_receiving``, the receives under way; notified as one ends.
-        self._calls = threading.Condition(threading.Lock())
+        self._calls = _forks.condition()
         self._receiving = 0
+        _forks.after_fork(self)
         self._received_at = clock.elapsed()  # when a receive last got something
         #: Ids of messages too large to read: passed over for good (docs/format.md).
         self._oversized: set[str] = set()
@@ -459,6 +461,12 @@ class Receiver:
                     time.sleep(min(remaining, BACKOFF * min(idle_wakes, 8) / 8))
                 self._wait(deadline - time.monotonic())
                 idle_wakes += 1
+
+    def after_fork(self) -> None:
+        """In a forked child: forget the view (a thread of the parent may have
+        been changing it) and the parent's receives under way; list again."""
+        self._candidates = Candidates()
+        self._receiving = 0
 
     @contextlib.contextmanager
     def _call(self) -> Iterator[None]:

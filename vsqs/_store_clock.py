@@ -33,10 +33,10 @@ seconds either way, :meth:`StoreClock.check` raises :class:`ClockSkew`.
 from __future__ import annotations
 
 import math
-import threading
 from collections import OrderedDict
 from collections.abc import Callable
 
+from . import _forks
 from ._errors import ClockSkew
 
 #: Seconds a host's wall clock may be off the store's before its client gets
@@ -86,7 +86,7 @@ class StoreClock:
     def __init__(self, wall: Callable[[], float], steady: Callable[[], float]) -> None:
         self._wall = wall
         self._steady = steady
-        self._lock = threading.Lock()
+        self._lock = _forks.lock()
         self._date: float | None = None  # the last Date offered
         self._offset = _RecentMax()  # store time minus steady time, at least
         self._lead = _RecentMax()  # how far the host's clock is ahead of the store's, at least

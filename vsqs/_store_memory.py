@@ -8,10 +8,10 @@ on a change (a condition variable, no polling).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Hashable
 from typing import Any
 
+from . import _forks
 from ._names import validate_queue_name
 from ._store import Store
 
@@ -20,7 +20,7 @@ class _Namespaces:
     """The shared state of one ``MemoryStore()`` and all its siblings."""
 
     def __init__(self) -> None:
-        self.changed = threading.Condition(threading.Lock())
+        self.changed = _forks.condition()
         self.queues: dict[str, dict[str, bytes]] = {}
         self.version = 0
         self.wakes = 0  # calls of MemoryStore.wake on any queue of the set
