@@ -7,12 +7,14 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Hashable
 from pathlib import Path
 
 import pytest
 
 import vsqs
 import vsqs.aio
+from vsqs import _receiver as receiver
 from vsqs.testing import FakeClock
 
 
@@ -296,5 +298,51 @@ def test_a_dead_letter_says_where_it_came_from_and_redrive_takes_force(tmp_path:
         with pytest.raises(vsqs.InvalidArgument):  # "other" names no dead-letter queue
             await vsqs.aio.redrive(tmp_path / "dlq", tmp_path / "other")
         assert await vsqs.aio.redrive(tmp_path / "dlq", tmp_path / "other", force=True) == 1
+
+    asyncio.run(main())
+
+
+def test_a_closed_queue_raises_queue_closed_and_ends_its_long_polls_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without a wake, the poll below would look again only after an hour.
+    monkeypatch.setattr(receiver, "STALE_AFTER", 3600.0)
+
+    store = vsqs.LocalStore(str(tmp_path / "q"))
+    waiting = threading.Event()
+    real_wait = store.wait_for_change
+
+    def wait_for_change(token: Hashable, timeout: float) -> bool:
+        waiting.set()
+        return real_wait(token, timeout)
+
+    async def main() -> None:
+        q = vsqs.aio.Queue(store)
+        sync = await q.open()
+        await q.send(b"first")
+        first = await q.receive(visibility_timeout=3600)  # the next look starts a feed
+        assert first is not None
+        await first.delete()
+        store.wait_for_change = wait_for_change  # type: ignore[method-assign]
+        polling = asyncio.create_task(q.receive(wait=3600))
+        assert await asyncio.to_thread(waiting.wait, 60)
+        await asyncio.wait_for(q.close(), 60)
+        assert await asyncio.wait_for(polling, 60) is None
+        calls = {
+            "send": q.send(b"x"),
+            "send_batch": q.send_batch([b"x"]),
+            "receive": q.receive(),
+            "receive_batch": q.receive_batch(),
+            "peek": q.peek(),
+            "stats": q.stats(),
+            "purge": q.purge(),
+            "gc": q.gc(),
+        }
+        for what, call in calls.items():
+            with pytest.raises(vsqs.QueueClosed, match="the queue is closed"):
+                await call
+            assert what
+        with pytest.raises(vsqs.QueueClosed):
+            sync.send(b"x")  # the queue it opened is closed too
 
     asyncio.run(main())

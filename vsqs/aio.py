@@ -38,6 +38,7 @@ from ._config import positive_int
 from ._dead_letter import redrive as sync_redrive
 from ._errors import QueueClosed, VsqsError
 from ._message import Body, DeadLettered, DeleteResult, Progress, QueueStats
+from ._receiver import CLOSE_WAKES
 from ._worker import (
     Backoff,
     ConsumePacing,
@@ -156,9 +157,12 @@ class Queue:
         for cancelled in list(self._receives):
             cancelled.set()
         sync = self._sync
-        if sync is not None:
-            sync.store.wake()  # the long polls under way see their stop set
-        await asyncio.to_thread(self._executor.shutdown, wait=True)
+        shutdown = asyncio.ensure_future(asyncio.to_thread(self._executor.shutdown, wait=True))
+        while not shutdown.done():
+            if sync is not None:  # the long polls under way wake, and see their stop set
+                sync.store.wake()  # again and again: one may be between its check and its wait
+            await asyncio.wait({shutdown}, timeout=CLOSE_WAKES)
+        await shutdown
         if sync is not None and self._owns_sync:
             sync.close()
 
