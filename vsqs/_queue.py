@@ -293,7 +293,9 @@ class Queue:
 
         Every later call raises :class:`QueueClosed`, and so does a receive
         under way in another thread: a long poll is woken at once (this
-        returns once it has ended). Idempotent.
+        returns once it has ended). Other calls under way in other threads
+        on a store this queue opened may fail (``QueueClosed`` or
+        :class:`StorageError`). Idempotent.
         """
         self._closed = True
         self._receiver.close()

@@ -431,7 +431,8 @@ class Receiver:
 
         An error after some messages were read returns them (logged); it is
         raised only when none was. A claim whose body could not be read is
-        given back at once, uncounted (:meth:`_give_back`).
+        given back at once, uncounted (:meth:`_give_back`). Raises
+        :class:`QueueClosed` once :meth:`close` was called (at once, from a wait).
         """
         deadline = time.monotonic() + wait
         idle_wakes = 0
