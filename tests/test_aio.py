@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections import Counter
+from collections.abc import Hashable
 from pathlib import Path
 
 import pytest
 
 import vsqs
 import vsqs.aio
+from vsqs import _receiver as receiver
 from vsqs.testing import FakeClock
 
 
@@ -65,25 +68,41 @@ def test_a_long_poll_does_not_block_the_event_loop(tmp_path: Path) -> None:
     assert ticks >= 20, f"the loop ticked {ticks} times in 0.5 s: something blocked it"
 
 
-def test_cancelling_a_long_poll_is_prompt_and_keeps_nothing_hidden(tmp_path: Path) -> None:
+class HeldRead(vsqs.LocalStore):
+    """A local store whose first read of a claimed message waits until told:
+    a receive is held between its claim and its return."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.claimed = threading.Event()
+        self.go_on = threading.Event()
+
+    def read_limited(self, name: str, limit: int) -> bytes:
+        if "." in name and not self.claimed.is_set():
+            self.claimed.set()
+            assert self.go_on.wait(30)
+        return super().read_limited(name, limit)
+
+
+def test_a_cancelled_receive_gives_back_its_claim_uncounted(tmp_path: Path) -> None:
+    """The receive's thread claims a message, then its caller is cancelled:
+    the claim is visible again at once with the receive count it had."""
+    store = HeldRead(str(tmp_path / "q"))
+
     async def main() -> None:
-        async with vsqs.aio.Queue(tmp_path / "q", visibility_timeout=600) as q:
-            sync = await q.open()
-            receiving = asyncio.create_task(q.receive(wait=30))
-            await asyncio.sleep(0.2)
-            receiving.cancel()
-            # Block the loop while a message arrives, so the receive's thread
-            # claims it before the cancellation is seen: it must give it back.
-            sync.send(b"arrived while cancelling")
-            time.sleep(0.5)
-            started = time.monotonic()
-            with pytest.raises(asyncio.CancelledError):
-                await receiving
-            assert time.monotonic() - started < 1.0
-            again = await q.receive(wait=5)
-            assert again is not None and again.body == b"arrived while cancelling"
-            assert again.receive_count == 2, "the cancelled receive had claimed it"
-            await again.delete()
+        with vsqs.Queue(store, visibility_timeout=600) as sync:
+            sync.send(b"claimed while cancelling")
+            async with vsqs.aio.Queue(sync) as q:
+                receiving = asyncio.create_task(q.receive(wait=30))
+                assert await asyncio.to_thread(store.claimed.wait, 30)
+                receiving.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await receiving  # at once: the thread is still held in its read
+                store.go_on.set()
+                again = await q.receive(wait=30)  # given back: no visibility timeout to wait out
+                assert again is not None and again.body == b"claimed while cancelling"
+                assert again.receive_count == 1, "the cancelled receive delivered nothing"
+                await again.delete()
 
     asyncio.run(main())
 
@@ -279,5 +298,50 @@ def test_a_dead_letter_says_where_it_came_from_and_redrive_takes_force(tmp_path:
         with pytest.raises(vsqs.InvalidArgument):  # "other" names no dead-letter queue
             await vsqs.aio.redrive(tmp_path / "dlq", tmp_path / "other")
         assert await vsqs.aio.redrive(tmp_path / "dlq", tmp_path / "other", force=True) == 1
+
+    asyncio.run(main())
+
+
+def test_a_closed_queue_raises_queue_closed_and_ends_its_long_polls_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without a wake, the poll below would look again only after an hour.
+    monkeypatch.setattr(receiver, "STALE_AFTER", 3600.0)
+
+    store = vsqs.LocalStore(str(tmp_path / "q"))
+    waiting = threading.Event()
+    real_wait = store.wait_for_change
+
+    def wait_for_change(token: Hashable, timeout: float) -> bool:
+        waiting.set()
+        return real_wait(token, timeout)
+
+    async def main() -> None:
+        q = vsqs.aio.Queue(store)
+        sync = await q.open()
+        await q.send(b"first")
+        first = await q.receive(visibility_timeout=3600)  # the next look starts a feed
+        assert first is not None
+        await first.delete()
+        store.wait_for_change = wait_for_change  # type: ignore[method-assign]
+        polling = asyncio.create_task(q.receive(wait=3600))
+        assert await asyncio.to_thread(waiting.wait, 60)
+        await asyncio.wait_for(q.close(), 60)
+        assert await asyncio.wait_for(polling, 60) is None
+        calls = {  # coroutines: each raises when awaited
+            "send": q.send(b"x"),
+            "send_batch": q.send_batch([b"x"]),
+            "receive": q.receive(),
+            "receive_batch": q.receive_batch(),
+            "peek": q.peek(),
+            "stats": q.stats(),
+            "purge": q.purge(),
+            "gc": q.gc(),
+        }
+        for call in calls.values():
+            with pytest.raises(vsqs.QueueClosed, match="the queue is closed"):
+                await call
+        with pytest.raises(vsqs.QueueClosed):
+            sync.send(b"x")  # the queue it opened is closed too
 
     asyncio.run(main())

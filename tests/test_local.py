@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import os
+import pickle
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -287,3 +289,100 @@ def test_environment_defaults_yield_to_arguments_and_the_queue_config(
     monkeypatch.setenv("VSQS_VISIBILITY_TIMEOUT", "99")  # only for queues created now
     with vsqs.Queue(tmp_path / "q") as q:
         assert q.config.visibility_timeout == 7
+
+
+_FILE_SIZE_LIMITED_BATCH = """
+import pickle, resource, sys
+import vsqs
+q = vsqs.Queue(sys.argv[1], durable=sys.argv[2] == "durable")
+# Files of this process may not grow past 4 KiB (Python ignores SIGXFSZ: EFBIG).
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+try:
+    q.send_batch([b"a", b"b", b"c" * 8192, b"d"])
+except vsqs.VsqsError as exc:
+    sys.stdout.buffer.write(pickle.dumps(exc))
+"""
+
+
+@pytest.mark.parametrize("durable", ["durable", "not-durable"])
+def test_a_send_batch_that_fails_on_a_full_file_says_which_it_sent(
+    tmp_path: Path, durable: str
+) -> None:
+    """A real failure mid-batch: the third file cannot grow (RLIMIT_FSIZE).
+    The error, pickled across processes, names the messages sent: the first
+    two when sends go one after another, none when the batch is staged first."""
+    path = tmp_path / "q"
+    done = subprocess.run(
+        [sys.executable, "-c", _FILE_SIZE_LIMITED_BATCH, str(path), durable],
+        capture_output=True,
+        check=True,
+        timeout=120,
+    )
+    error = pickle.loads(done.stdout)
+    assert isinstance(error, vsqs.StorageError) and "File too large" in str(error)
+    with vsqs.Queue(path, create=False) as q:
+        got = q.receive_batch(10)
+        assert [m.id for m in got] == error.sent
+        assert [m.body for m in got] == ([] if durable == "durable" else [b"a", b"b"])
+    assert sorted(os.listdir(path)) == sorted([names.CONFIG_NAME, *(m.receipt for m in got)])
+
+
+_NO_INOTIFY_LEFT = """
+import os, resource, sys, threading
+import vsqs
+
+class Crowded(vsqs.LocalStore):
+    \"\"\"Every change feed it starts finds the process out of descriptors.\"\"\"
+
+    tries = 0
+
+    def changes(self, name_length):
+        Crowded.tries += 1
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        lowest = os.dup(0)  # the next descriptor's number: allow none beyond it
+        os.close(lowest)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (lowest, hard))
+        try:
+            return super().changes(name_length)
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+    def wait_for_change(self, token, timeout):
+        waiting.set()
+        return super().wait_for_change(token, timeout)
+
+def inotify_instances():
+    return sum(
+        os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:inotify"
+        for fd in os.listdir("/proc/self/fd")
+        if os.path.exists(f"/proc/self/fd/{fd}")
+    )
+
+waiting = threading.Event()
+with vsqs.Queue(Crowded(sys.argv[1])) as q:
+    q.send(b"first")
+    q.receive().delete()  # the next look starts a feed, or tries to
+    sender = threading.Thread(target=lambda: waiting.wait(60) and q.send(b"late"))
+    sender.start()
+    got = q.receive(wait=60)
+    sender.join()
+    assert Crowded.tries >= 1, "no feed was tried"
+    assert inotify_instances() == 0, "a feed was started after all"
+    assert got is not None and got.body == b"late", got
+    print("ok")
+"""
+
+
+def test_a_receiver_out_of_descriptors_for_inotify_polls_and_still_wakes(tmp_path: Path) -> None:
+    """``inotify_init1`` fails for real (``EMFILE``: ``RLIMIT_NOFILE`` allows
+    no new descriptor at that moment, in a subprocess): the receiver falls
+    back to watching the directory, and a long poll wakes when a message
+    arrives."""
+    done = subprocess.run(
+        [sys.executable, "-c", _NO_INOTIFY_LEFT, str(tmp_path / "q")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "ok\n"

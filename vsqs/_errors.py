@@ -24,6 +24,7 @@ __all__ = [
     "QueueConfigError",
     "UnsupportedStore",
     "ClockSkew",
+    "QueueClosed",
     "StorageError",
     "storage_errors",
 ]
@@ -32,8 +33,13 @@ __all__ = [
 class VsqsError(Exception):
     """Root of every error raised by vsqs.
 
-    Subclasses take a single message argument, so ``pickle`` round-trips them.
+    Subclasses take a single message argument, so ``pickle`` round-trips them
+    (with the attributes set on them, such as ``sent``).
     """
+
+    #: On an error of ``send`` or ``send_batch``: the ids of the messages of
+    #: the call that were sent (published) before it failed, in batch order.
+    sent: list[str]
 
 
 class InvalidArgument(VsqsError, ValueError):
@@ -94,6 +100,11 @@ class UnsupportedStore(VsqsError):
 class ClockSkew(VsqsError):
     """This host's clock is further from the object store's than vsqs allows
     (docs/protocol.md, "Whose clock decides expiry"): synchronise it."""
+
+
+class QueueClosed(VsqsError):
+    """The :class:`vsqs.Queue` was closed: every call on it raises this (a
+    long poll under way in another thread ends at once)."""
 
 
 class StorageError(VsqsError, OSError):

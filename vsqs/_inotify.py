@@ -11,6 +11,7 @@ once: the caller must list.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
@@ -63,6 +64,8 @@ class DirectoryFeed:
 
     def __init__(self, inotify_fd: int) -> None:
         self._fd = inotify_fd
+        #: Readable once :meth:`wake` was called: it ends the waits under way.
+        self._wake_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         self._forks = _forks[0]
         self._poll = select.poll()
         self._poll.register(inotify_fd, select.POLLIN)
@@ -117,12 +120,26 @@ class DirectoryFeed:
         """
         waiter = select.poll()
         waiter.register(self._fd, select.POLLIN)
-        return bool(waiter.poll(max(0, math.ceil(timeout * 1000))))
+        waiter.register(self._wake_fd, select.POLLIN)
+        ready = waiter.poll(max(0, math.ceil(timeout * 1000)))
+        if any(fd == self._wake_fd for fd, _ in ready):
+            with contextlib.suppress(BlockingIOError):  # another waiter took it first
+                os.eventfd_read(self._wake_fd)
+        return bool(ready)
+
+    def wake(self) -> None:
+        """End the :meth:`wait` calls under way now (they return ``True``)."""
+        fd = self._wake_fd
+        if fd >= 0:
+            os.eventfd_write(fd, 1)
 
     def close(self) -> None:
         fd, self._fd = self._fd, -1
         if fd >= 0:
             os.close(fd)
+        wake_fd, self._wake_fd = self._wake_fd, -1
+        if wake_fd >= 0:
+            os.close(wake_fd)
 
     def __del__(self) -> None:
         # Instances are scarce (often 128 per user): a store dropped unclosed frees its own.

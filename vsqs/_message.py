@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from . import _forks
 from . import _names as names
 from ._errors import InvalidBody, StorageError, storage_errors
 from ._store import Store, TooLarge
@@ -128,7 +128,7 @@ class Hold:
     def __init__(self, queue: Queue, issued: str | None) -> None:
         self.queue = queue
         self.issued = issued
-        self.lock = threading.Lock()
+        self.lock = _forks.lock()
         self.done = False
         self.origin: names.Records = ()
 

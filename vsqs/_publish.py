@@ -7,11 +7,11 @@ queue (dead letters, redrive), and by the Spark writer's commit.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from contextlib import suppress
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
 
 from . import _names as names
-from ._errors import MessageTooLarge, StorageError, storage_errors
+from ._errors import MessageTooLarge, StorageError, VsqsError, storage_errors
 from ._fanout import fan_out
 from ._inspect import RESTAMP_AFTER
 from ._store import Store
@@ -21,6 +21,17 @@ SEND_ATTEMPTS = 8
 #: Sends of one batch that share one batch marker on object stores
 #: (:meth:`ObjectStore.write_batch`).
 SEND_CHUNK = 256
+
+
+@contextmanager
+def telling_sent(sent: list[str]) -> Iterator[None]:
+    """Attach ``sent`` (the ids published so far, in batch order) to a
+    :class:`VsqsError` raised inside, as its ``sent`` attribute."""
+    try:
+        yield
+    except VsqsError as exc:
+        exc.sent = list(sent)
+        raise
 
 
 def check_sizes(datas: list[bytes], limit: int) -> None:
@@ -233,7 +244,7 @@ class Publisher:
             done = f" ({len(sent)} of {len(datas)} sent)" if len(datas) > 1 else ""
             return f"sending to {self._store.url}{done}"
 
-        with storage_errors(where):
+        with telling_sent(sent), storage_errors(where):
             for data in datas:
                 sent.append(self._send_one(data, delay_ms))
         return sent
@@ -271,7 +282,10 @@ class Publisher:
             sent.append(final[: names.ID_LEN])  # the id it was published under
             self._published(final, visible_at)
 
-        with storage_errors(lambda: f"sending a batch to {store.url} ({len(sent)} sent)"):
+        with (
+            telling_sent(sent),
+            storage_errors(lambda: f"sending a batch to {store.url} ({len(sent)} sent)"),
+        ):
             try:
                 for data in datas:
                     staged.append(stage(store, data, self._clock.next_id))
@@ -297,19 +311,27 @@ class Publisher:
         was taken or burned is sent again under a fresh id, after the rest of
         its chunk; the ids returned are in the order of ``datas``."""
         sent: list[str] = []
-        with storage_errors(lambda: f"sending a batch to {self._store.url} ({len(sent)} sent)"):
+        with (
+            telling_sent(sent),
+            storage_errors(lambda: f"sending a batch to {self._store.url} ({len(sent)} sent)"),
+        ):
             for start in range(0, len(datas), SEND_CHUNK):
                 chunk = datas[start : start + SEND_CHUNK]
-                ids = self._send_chunk(chunk, delay_ms)
+                ids, error = self._send_chunk(chunk, delay_ms)
+                if error is not None:
+                    sent.extend(i for i in ids if i is not None)
+                    raise error
                 sent.extend(
                     i or self._send_one(data, delay_ms) for i, data in zip(ids, chunk, strict=True)
                 )
         return sent
 
-    def _send_chunk(self, chunk: list[bytes], delay_ms: int) -> list[str | None]:
-        """Write one chunk side by side; the id of each message sent, ``None``
-        where its name was taken or burned. The first other error is raised
-        once the chunk is written."""
+    def _send_chunk(
+        self, chunk: list[bytes], delay_ms: int
+    ) -> tuple[list[str | None], OSError | None]:
+        """Write one chunk side by side; the id of each message sent (``None``
+        where its name was taken or burned, or its create failed), and the
+        first error other than a taken or burned name."""
         store = self._store
         burned: FileExistsError | None = None
         for _ in range(SEND_ATTEMPTS):
@@ -327,9 +349,10 @@ class Publisher:
             cause = burned.__cause__ if burned is not None else None
             why = f"; the last create failed: {cause}" if cause else ""
             raise StorageError(f"could not mark a batch under {SEND_ATTEMPTS} fresh ids{why}")
+        failure: OSError | None = None
         for final, error in zip(finals, errors, strict=True):
             if error is None:
                 self._published(final, visible_at)
             elif not isinstance(error, FileExistsError):
-                raise error  # the others of the chunk are written and told of
-        return [i if e is None else None for i, e in zip(ids, errors, strict=True)]
+                failure = failure or error
+        return [i if e is None else None for i, e in zip(ids, errors, strict=True)], failure

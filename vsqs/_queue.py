@@ -43,6 +43,7 @@ from ._config import (
 from ._dead_letter import DeadLetters, check_target, collect_origins, remove_records
 from ._errors import (
     InvalidArgument,
+    QueueClosed,
     QueueNotFound,
     ReceiptExpired,
     StorageError,
@@ -81,7 +82,9 @@ class Queue:
       consumer; with several consumers, receives are spread over the head of
       the queue.
 
-    A ``Queue`` is thread-safe and may be shared by threads of one process.
+    A ``Queue`` is thread-safe and may be shared by threads of one process;
+    a process forked while they use it gets a working copy (no lock a thread
+    of the parent held stays held; docs/guarantees.md, "After fork").
 
     ``visibility_timeout``, ``max_receives``, ``dead_letter``, ``retry_delay``,
     ``max_retry_delay`` and ``max_message_size`` are the queue's defaults,
@@ -123,6 +126,7 @@ class Queue:
         max_message_size: int | None = None,
     ) -> None:
         self._store = open_store(url, storage_options)
+        self._closed = False
         self._owns_store = self._store is not url  # a Store passed in stays the caller's
         self._storage_options = storage_options
         self._unsafe_claims = bool(unsafe_claims)
@@ -285,13 +289,26 @@ class Queue:
 
     def close(self) -> None:
         """Carry out deletions held back for batching (object stores), and
-        release the resources of a store this queue opened. The data is untouched."""
+        release the resources of a store this queue opened. The data is untouched.
+
+        Every later call raises :class:`QueueClosed`, and so does a receive
+        under way in another thread: a long poll is woken at once (this
+        returns once it has ended). Other calls under way in other threads
+        on a store this queue opened may fail (``QueueClosed`` or
+        :class:`StorageError`). Idempotent.
+        """
+        self._closed = True
+        self._receiver.close()
         if self._owns_store:
             self._store.close()
         else:
             with suppress(OSError):  # listers collect what is left
                 self._store.flush()
         self._dead_letters.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise QueueClosed(f"{self.url}: the queue is closed")
 
     def __enter__(self) -> Queue:
         return self
@@ -315,6 +332,7 @@ class Queue:
         never before it is complete. With ``durable=True`` (the default) it
         survives a power cut on a durable store.
         """
+        self._check_open()
         data = [as_bytes(body)]
         check_sizes(data, self.config.max_message_size)
         return self._publisher.send(data, int(seconds(delay, "delay") * 1000))[0]
@@ -326,8 +344,12 @@ class Queue:
         filesystem sync and the directory once. On object stores the messages
         are created side by side, and receivers see each chunk of up to 256
         whole or not at all, so the batch is received in order. Not atomic: if
-        this raises, some of the batch may have been sent.
+        this raises, the error's ``sent`` attribute lists the ids of the
+        messages that were sent, in batch order (it survives pickling); the
+        others were not, bar one whose create had an unknown outcome on an
+        object store (it may land later: at least once).
         """
+        self._check_open()
         datas = [as_bytes(body) for body in bodies]
         check_sizes(datas, self.config.max_message_size)
         return self._publisher.send_batch(datas, int(seconds(delay, "delay") * 1000))
@@ -364,6 +386,7 @@ class Queue:
         logged, and raised only when none was); a message claimed but not
         read is visible again at once, its receive count as before.
         """
+        self._check_open()
         positive_int(max_messages, "max_messages")
         claims = self._receiver.receive(
             max_messages,
@@ -428,6 +451,7 @@ class Queue:
         no longer current: the message was deleted, or was received again by
         someone else after its visibility timeout.
         """
+        self._check_open()
         self._ack(self._ack_target(msg_or_receipt))
 
     def delete_batch(self, msgs_or_receipts: Iterable[Message | str]) -> DeleteResult:
@@ -439,6 +463,7 @@ class Queue:
         :meth:`delete` makes; on object stores they run side by side and the
         objects go with one batched request.
         """
+        self._check_open()
         targets = [self._ack_target(item) for item in msgs_or_receipts]
         deleted: list[str] = []
         stale: list[str] = []
@@ -497,6 +522,7 @@ class Queue:
         Returns the message with its new receipt (a ``Message`` argument is
         updated in place). Raises :class:`ReceiptExpired` if the receipt is stale.
         """
+        self._check_open()
         vt_ms = int(seconds(visibility_timeout, "visibility_timeout") * 1000)
         parsed, message = self._held(msg_or_receipt)
         if message is None:
@@ -523,6 +549,7 @@ class Queue:
         It keeps its FIFO position and receive count. Raises
         :class:`ReceiptExpired` if the receipt is stale.
         """
+        self._check_open()
         delay_ms = int(seconds(delay, "delay") * 1000)
         parsed, message = self._held(msg_or_receipt)
         with self._locked(message):
@@ -540,6 +567,7 @@ class Queue:
         their origin record (``dead_lettered``) if their listing showed one.
         A message larger than ``max_message_size`` is passed over with a warning.
         """
+        self._check_open()
         positive_int(max_messages, "max_messages")
         now = self._clock.now_ms()
         out: list[Message] = []
@@ -573,6 +601,7 @@ class Queue:
         being renamed by another client (on object stores, a move under way)
         counts under the name it leaves.
         """
+        self._check_open()
         with storage_errors(f"listing {self.url}"):
             t = inspect.tally(self._store, self._clock.now_ms())
         return QueueStats(
@@ -594,6 +623,7 @@ class Queue:
         object stores, one whose move another client began less than
         ``FINISH_AFTER`` ago).
         """
+        self._check_open()
         removed = 0
         self._receiver.reset()  # everything it knew is going
         with storage_errors(f"purging {self.url}"):
@@ -628,6 +658,7 @@ class Queue:
         grace period is a send under way, and a younger marker a move under
         way; both are kept. Foreign names are never touched.
         """
+        self._check_open()
         store = self._store
         with storage_errors(f"collecting leftovers in {self.url}"):
             now = self._clock.now_ms()
@@ -679,6 +710,7 @@ class Queue:
         process exits with status 143; a SIGTERM handler of your own is left
         alone.
         """
+        self._check_open()
         return worker.consume(
             self,
             handler,
@@ -690,6 +722,16 @@ class Queue:
             max_retry_delay=max_retry_delay,
             jitter=jitter,
         )
+
+
+def give_back(queue: Queue, messages: Iterable[Message]) -> None:
+    """Make messages ``queue`` received for a caller that never got them (a
+    cancelled asyncio receive) visible again at once, with the receive count
+    they had before: a receive that delivered nothing counts nothing. One
+    that cannot be given back stays hidden until its visibility timeout (logged)."""
+    held = [m.receipt for m in messages if m.receipt is not None]
+    with storage_errors(f"giving back to {queue.url}"):
+        queue._receiver.give_back(held)
 
 
 __all__ = ["Queue"]

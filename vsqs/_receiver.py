@@ -9,6 +9,7 @@ needs no :class:`vsqs.Queue`.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import heapq
 import logging
@@ -16,12 +17,13 @@ import math
 import random
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from . import _forks
 from . import _names as names
-from ._errors import VsqsError, storage_errors
+from ._errors import QueueClosed, VsqsError, storage_errors
 from ._fanout import fan_out
 from ._inspect import collect_stale_new, stale_new_before
 from ._store import Outcomes, OutcomeUnknown, Store, TooLarge
@@ -66,6 +68,9 @@ UNREADABLE_MAX = 60.0
 #: Unreadable messages one receiver remembers (the oldest are forgotten).
 UNREADABLE_REMEMBERED = 10_000
 DEFAULT_MAX_POLL_INTERVAL = 2.0
+#: A closing receiver wakes the long polls under way again this often (seconds)
+#: until they have ended: one between its check and its wait misses a wake.
+CLOSE_WAKES = 0.01
 #: A receiver with an arrival feed reads it at least every FEED_EVERY claims.
 FEED_EVERY = 64
 #: On stores that list in order (object stores), a listing stops once it has
@@ -367,8 +372,13 @@ class Receiver:
         self._clock = clock
         self._new_grace_ms = new_grace_ms
         self._max_poll_interval = max_poll_interval
-        self._lock = threading.Lock()
+        self._lock = _forks.lock()
         self._candidates = Candidates()
+        self._closed = _forks.event()
+        #: Guards ``_receiving``, the receives under way; notified as one ends.
+        self._calls = _forks.condition()
+        self._receiving = 0
+        _forks.after_fork(self)
         self._received_at = clock.elapsed()  # when a receive last got something
         #: Ids of messages this receiver passes over for good: too large to
         #: read, or with no name left to claim them under (docs/format.md).
@@ -433,12 +443,15 @@ class Receiver:
 
         An error after some messages were read returns them (logged); it is
         raised only when none was. A claim whose body could not be read is
-        given back at once, uncounted (:meth:`_give_back`).
+        given back at once, uncounted (:meth:`_give_back`). Raises
+        :class:`QueueClosed` once :meth:`close` was called (at once, from a wait).
         """
         deadline = time.monotonic() + wait
         idle_wakes = 0
-        with storage_errors(lambda: f"receiving from {self._store.url}"):
+        with self._call(), storage_errors(lambda: f"receiving from {self._store.url}"):
             while True:
+                if self._closed.is_set():
+                    raise QueueClosed(f"{self._store.url}: the queue is closed")
                 if stop is not None and stop.is_set():
                     return []
                 got = self._claim_available(max_messages, vt_ms, max_receives, exhausted, max_size)
@@ -462,6 +475,34 @@ class Receiver:
                 self._wait(deadline - time.monotonic())
                 idle_wakes += 1
 
+    def after_fork(self) -> None:
+        """In a forked child: forget the view (a thread of the parent may have
+        been changing it) and the parent's receives under way; list again."""
+        self._candidates = Candidates()
+        self._receiving = 0
+
+    @contextlib.contextmanager
+    def _call(self) -> Iterator[None]:
+        """Count a receive under way, for :meth:`close`."""
+        with self._calls:
+            self._receiving += 1
+        try:
+            yield
+        finally:
+            with self._calls:
+                self._receiving -= 1
+                self._calls.notify_all()
+
+    def close(self) -> None:
+        """Make every receive raise :class:`QueueClosed`; return once those
+        under way have ended (a long poll is woken at once)."""
+        self._closed.set()
+        with self._calls:
+            while self._receiving:
+                # A receive between its check and its wait misses one wake: wake again.
+                self._store.wake()
+                self._calls.wait(CLOSE_WAKES)
+
     def poll_interval(self) -> float:
         """How long a waiting receiver sleeps between listings of a polled store now."""
         if self._clock.elapsed() - self._received_at < IDLE_AFTER:
@@ -479,7 +520,7 @@ class Receiver:
         if next_expiry is not None:
             timeout = min(timeout, max(0.0, (next_expiry - self._clock.now_ms()) / 1000))
         if polled:
-            time.sleep(timeout)  # only a listing can tell what changed
+            self._closed.wait(timeout)  # only a listing can tell what changed
         else:
             self._store.wait_for_change(c.token, timeout)
 
@@ -739,6 +780,25 @@ class Receiver:
                 log.warning("%s: could not give back %s: %s", store.url, plan.held, error)
                 left.append((plan.held, plan.expiry_ms))
         return left
+
+    def give_back(self, held: list[str]) -> None:
+        """Make claims that reached no caller (a cancelled asyncio receive)
+        visible again at once, uncounted, as :meth:`_give_back` does with
+        claims whose body could not be read."""
+        plans = []
+        for name in held:
+            parsed = names.parse(name)
+            if parsed is not None and parsed.expiry_ms is not None:
+                # What _give_back restores is the count its candidate spells: the one before.
+                count = max(parsed.receive_count - 1, 0)
+                had = names.invisible_name(parsed.id, parsed.expiry_ms, count, parsed.version)
+                plans.append(Plan(had, parsed.id, name, parsed.receive_count, parsed.expiry_ms))
+        left = self._give_back(plans)
+        with self._lock:
+            for name in held:
+                self._candidates.forget(name)
+            for name, expiry in left:
+                self._candidates.add_invisible(name, expiry)
 
     def _pass_over(self, plan: Plan, error: TooLarge) -> None:
         """A message too large to read: held until its visibility timeout runs

@@ -15,11 +15,11 @@ import importlib
 import os
 import re
 import stat
-import threading
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
+from . import _forks
 from ._errors import (
     InvalidArgument,
     InvalidQueueName,
@@ -52,7 +52,7 @@ ENTRY_POINT_GROUP = "vsqs.stores"
 _SCHEME = re.compile(r"[a-z][a-z0-9+.-]*")
 _registered: dict[str, Opener | str] = {}
 _plugins: dict[str, str] | None = None  # scheme -> "module:attr", read once
-_registry_lock = threading.Lock()
+_registry_lock = _forks.lock()
 
 
 def register_scheme(scheme: str, opener: Opener | str, *, clobber: bool = False) -> None:

@@ -101,6 +101,8 @@ class Store(ABC):
     unique_names: ClassVar[bool] = False
 
     url: str
+    #: Calls of :meth:`wake` so far (the default :meth:`wait_for_change` watches it).
+    _wakes: int = 0
 
     # -- container -------------------------------------------------------
     @abstractmethod
@@ -312,14 +314,24 @@ class Store(ABC):
         """
         deadline = time.monotonic() + timeout
         interval = 0.001
+        wakes = self._wakes
         while True:
-            if self.changed_since(token):
+            if self.changed_since(token) or self._wakes != wakes:
                 return True
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
             time.sleep(min(interval, remaining))
             interval = min(interval * 1.5, 0.010)
+
+    def wake(self) -> None:
+        """Make the :meth:`wait_for_change` calls under way return now (a
+        queue on this store is closing; other waiters wake spuriously).
+
+        A store that overrides :meth:`wait_for_change` overrides this too;
+        otherwise its waits end at their timeout.
+        """
+        self._wakes += 1
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"

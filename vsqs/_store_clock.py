@@ -35,12 +35,12 @@ how far the host's wall clock is from the store's: beyond
 from __future__ import annotations
 
 import math
-import threading
 import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 
+from . import _forks
 from ._errors import ClockSkew
 
 #: Seconds a host's wall clock may be off the store's before its client gets
@@ -99,7 +99,7 @@ class StoreClock:
     def __init__(self, wall: Callable[[], float], steady: Callable[[], float]) -> None:
         self._wall = wall
         self._steady = steady
-        self._lock = threading.Lock()
+        self._lock = _forks.lock()
         self._date: float | None = None  # the last Date offered
         self._offset = _RecentMax()  # store time minus steady time, at least
         self._lead = _RecentMax()  # how far the host's clock is ahead of the store's, at least
@@ -225,7 +225,7 @@ class StoreOffset:
         #: The steady clock ``clock`` is checked against for steps.
         self._elapsed = elapsed or (time.monotonic if clock is time.time else clock)
         self._steady = steady
-        self._lock = threading.Lock()
+        self._lock = _forks.lock()
         self._ms: int | None = None  # None: not measured, or the store tells no time
         self._measured_at = -math.inf
         self._drift = 0.0  # clock minus its steady clock, when measured
@@ -273,7 +273,7 @@ _OFFSETS: weakref.WeakKeyDictionary[Clock, dict[Hashable, StoreOffset]] = (
     weakref.WeakKeyDictionary()
 )
 _HOST_OFFSETS: dict[Hashable, StoreOffset] = {}  # time.time's (a builtin: no weak reference)
-_OFFSETS_LOCK = threading.Lock()
+_OFFSETS_LOCK = _forks.lock()
 
 
 def store_offset(clock: Clock, scope: Hashable, steady: Clock) -> StoreOffset | None:

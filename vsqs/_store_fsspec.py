@@ -15,15 +15,15 @@ create twice, list page by page and delete in batches.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Hashable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import datetime
 from typing import Any
 
+from . import _forks
 from ._store_object import ObjectIO
 
-_MEMORY = threading.Lock()
+_MEMORY = _forks.lock()
 
 
 def _modified(entry: dict[str, Any]) -> float | None:

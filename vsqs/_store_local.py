@@ -34,7 +34,7 @@ import sys
 import time
 from collections.abc import Hashable, Iterable, Iterator
 
-from ._errors import QueueNotFound
+from ._errors import QueueClosed, QueueNotFound
 from ._inotify import DirectoryFeed, open_feed
 from ._names import NEW_SUFFIX, validate_queue_name
 from ._store import Changes, Store, TooLarge
@@ -120,7 +120,7 @@ class LocalStore(Store):
     @property
     def fd(self) -> int:
         if self._fd is None:
-            raise RuntimeError("store used before ensure()")
+            raise QueueClosed(f"{self.url}: the queue is closed (or was never opened)")
         return self._fd
 
     def sibling(self, name: str) -> LocalStore:
@@ -308,6 +308,12 @@ class LocalStore(Store):
         if self._feed is not None:
             return self._feed.wait(timeout)
         return super().wait_for_change(token, timeout)
+
+    def wake(self) -> None:
+        super().wake()  # a wait without a feed
+        feed = self._feed
+        if feed is not None:
+            feed.wake()
 
     def _close_feed(self) -> None:
         feed, self._feed = self._feed, None

@@ -8,10 +8,10 @@ on a change (a condition variable, no polling).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Hashable
 from typing import Any
 
+from . import _forks
 from ._names import validate_queue_name
 from ._store import Store
 
@@ -20,9 +20,10 @@ class _Namespaces:
     """The shared state of one ``MemoryStore()`` and all its siblings."""
 
     def __init__(self) -> None:
-        self.changed = threading.Condition(threading.Lock())
+        self.changed = _forks.condition()
         self.queues: dict[str, dict[str, bytes]] = {}
         self.version = 0
+        self.wakes = 0  # calls of MemoryStore.wake on any queue of the set
 
 
 class MemoryStore(Store):
@@ -103,7 +104,14 @@ class MemoryStore(Store):
         return self._spaces.version
 
     def wait_for_change(self, token: Hashable, timeout: float) -> bool:
-        with self._spaces.changed:
-            return self._spaces.changed.wait_for(
-                lambda: self._spaces.version != token, timeout=timeout
+        spaces = self._spaces
+        with spaces.changed:
+            wakes = spaces.wakes
+            return spaces.changed.wait_for(
+                lambda: spaces.version != token or spaces.wakes != wakes, timeout=timeout
             )
+
+    def wake(self) -> None:
+        with self._spaces.changed:
+            self._spaces.wakes += 1
+            self._spaces.changed.notify_all()

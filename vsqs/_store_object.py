@@ -47,7 +47,6 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import threading
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
@@ -58,6 +57,7 @@ from email.utils import parsedate_to_datetime
 from itertools import count
 from typing import ClassVar
 
+from . import _forks
 from . import _names as names
 from ._errors import QueueNotFound, UnsupportedStore, storage_errors
 from ._fanout import IN_FLIGHT, Outcome, fan_out
@@ -83,7 +83,7 @@ BATCH = 1000
 #: Creates of one move marker whose outcome stayed unknown, before giving up.
 COMMIT_ATTEMPTS = 3
 
-_COUNT_LOCK = threading.Lock()
+_COUNT_LOCK = _forks.lock()
 
 
 def http_date(value: str | None) -> float | None:
@@ -214,7 +214,7 @@ class Capabilities:
 
 
 _PROBED: dict[Hashable, Capabilities] = {}
-_PROBE_LOCK = threading.Lock()
+_PROBE_LOCK = _forks.lock()
 
 
 def _marked_sources(group: Group) -> dict[str, float | None]:
@@ -300,7 +300,7 @@ class ObjectStore(Store):
         steady = monotonic or (time.monotonic if clock is time.time else clock)
         self._ages = StoreClock(clock, steady)
         self._offsets: dict[Callable[[], float], StoreOffset] = {}
-        self._lock = threading.Lock()
+        self._lock = _forks.lock()
         self._doomed: dict[str, None] = {}  # acknowledged names to delete (ordered set)
         self._spent: dict[str, None] = {}  # markers and probes to delete
         self._repaired: list[str] = []  # crashed clients' leftovers repaired by listings

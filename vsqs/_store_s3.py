@@ -191,6 +191,7 @@ class S3Objects(FsspecObjects):
         (its own test client turns that off the same way)."""
         from fsspec.asyn import sync
 
+        sync(self.fs.loop, self.fs.set_session)  # a create may be its first request
         client = sync(self.fs.loop, self.fs.get_s3, self.bucket)
         client.meta.events.register_first(
             "needs-retry.s3.PutObject", _never_resend_a_create, unique_id=_HOOK_ID

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from . import _forks
 from ._config import retry_delays, seconds
 from ._errors import ReceiptExpired, VsqsError
 from ._fanout import fan_out
@@ -94,7 +95,7 @@ class FailureLog:
     def __init__(self, url: str) -> None:
         self._url = url
         self._seen: OrderedDict[str, None] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = _forks.lock()
 
     def failed(self, message: Message, exc: BaseException, delay: float) -> None:
         """Log that ``message``'s handler raised ``exc`` and it is retried after ``delay``."""
@@ -129,7 +130,7 @@ class FailureLog:
 
 
 _failure_logs: weakref.WeakKeyDictionary[Queue, FailureLog] = weakref.WeakKeyDictionary()
-_failure_logs_lock = threading.Lock()
+_failure_logs_lock = _forks.lock()
 
 
 def failure_log(queue: Queue) -> FailureLog:
@@ -215,7 +216,7 @@ class Heartbeat:
 
     def __init__(self, queue: Queue, visibility_timeout: float) -> None:
         self._queue, self._vt = queue, visibility_timeout
-        self._changed = threading.Condition()
+        self._changed = _forks.condition()
         self._messages: list[Message] = []
         self._extended_at = 0.0
         self._extending = False  # a round of extends is under way (outside the lock)

@@ -15,7 +15,8 @@ I/O: it is opened (and created) by the first call, or by ``async with``.
 Cancelling a long-poll ``receive(wait=...)`` raises ``CancelledError`` in the
 caller at once. The thread behind it stops at its next wake-up (within about
 a second) without claiming more; a message it had claimed just before is
-released at once, so a cancelled receive never keeps a message hidden.
+given back at once, with the receive count it had (it reached nobody), so a
+cancelled receive never keeps a message hidden and never counts.
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ from . import _message, _queue
 from ._aio_sigterm import sigterm_cancels
 from ._config import positive_int
 from ._dead_letter import redrive as sync_redrive
-from ._errors import VsqsError
+from ._errors import QueueClosed, VsqsError
 from ._message import Body, DeadLettered, DeleteResult, Progress, QueueStats
+from ._receiver import CLOSE_WAKES
 from ._worker import (
     Backoff,
     ConsumePacing,
@@ -124,13 +126,19 @@ class Queue:
         self._executor = ThreadPoolExecutor(max_threads, thread_name_prefix="vsqs-aio")
         self._opening: asyncio.Lock | None = None
         self._receives: set[threading.Event] = set()
+        self._closed = False
 
     async def _call(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
 
     async def open(self) -> _queue.Queue:
-        """Open (and by default create) the queue; return the synchronous one behind it."""
+        """Open (and by default create) the queue; return the synchronous one behind it.
+
+        Raises :class:`vsqs.QueueClosed` once :meth:`close` was called.
+        """
+        if self._closed:
+            raise QueueClosed(f"{self.url}: the queue is closed")
         if self._sync is None:
             if self._opening is None:
                 self._opening = asyncio.Lock()
@@ -140,12 +148,23 @@ class Queue:
         return self._sync
 
     async def close(self) -> None:
-        """Stop pending receives and close the queue (if this facade opened it)."""
+        """Stop pending receives and close the queue (if this facade opened it).
+
+        Every later call raises :class:`vsqs.QueueClosed`; a long poll under
+        way is woken and returns nothing, and other calls under way finish first.
+        """
+        self._closed = True
         for cancelled in list(self._receives):
             cancelled.set()
-        await asyncio.to_thread(self._executor.shutdown, wait=True)
-        if self._sync is not None and self._owns_sync:
-            self._sync.close()
+        sync = self._sync
+        shutdown = asyncio.ensure_future(asyncio.to_thread(self._executor.shutdown, wait=True))
+        while not shutdown.done():
+            if sync is not None:  # the long polls under way wake, and see their stop set
+                sync.store.wake()  # again and again: one may be between its check and its wait
+            await asyncio.wait({shutdown}, timeout=CLOSE_WAKES)
+        await shutdown
+        if sync is not None and self._owns_sync:
+            sync.close()
 
     async def __aenter__(self) -> Queue:
         await self.open()
@@ -205,7 +224,7 @@ class Queue:
             got = await asyncio.shield(asyncio.wrap_future(future))
         except asyncio.CancelledError:
             cancelled.set()
-            future.add_done_callback(_release_unwanted)
+            future.add_done_callback(functools.partial(_give_back_unwanted, queue))
             raise
         finally:
             self._receives.discard(cancelled)
@@ -390,15 +409,15 @@ def _unwrap(msg_or_receipt: Message | str) -> _message.Message | str:
     return msg_or_receipt.sync if isinstance(msg_or_receipt, Message) else msg_or_receipt
 
 
-def _release_unwanted(future: Future[list[_message.Message]]) -> None:
-    """Release what a receive claimed after its caller was cancelled."""
+def _give_back_unwanted(queue: _queue.Queue, future: Future[list[_message.Message]]) -> None:
+    """Give back what a receive claimed after its caller was cancelled:
+    visible again at once, its receive count as before (it reached nobody)."""
     if future.cancelled() or future.exception() is not None:
         return
-    for message in future.result():
-        try:
-            message.release()
-        except VsqsError as exc:  # it comes back at its visibility timeout anyway
-            log.warning("%s: could not release after a cancelled receive: %s", message.id, exc)
+    try:
+        _queue.give_back(queue, future.result())
+    except VsqsError as exc:  # it comes back at its visibility timeout anyway
+        log.warning("%s: could not give back after a cancelled receive: %s", queue.url, exc)
 
 
 __all__ = ["Message", "Queue", "redrive"]

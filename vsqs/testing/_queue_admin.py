@@ -4,12 +4,15 @@ Reading and keeping a queue: peek, stats, purge, dead letters, config and leftov
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Hashable
 from datetime import UTC, datetime
 
 import pytest
 
 import vsqs
 from vsqs import _names as names
+from vsqs import _receiver as receiver
 from vsqs._place import same_place
 
 from ._clock import FakeClock
@@ -245,3 +248,95 @@ class AdminTests:
             msg.delete()
             assert q.purge() == 0
             assert listing(store) == sorted([names.CONFIG_NAME, *foreign])
+
+    # --------------------------------------------------------------- closing
+    def test_every_call_on_a_closed_queue_raises_queue_closed(
+        self, store: vsqs.Store, clock: FakeClock
+    ) -> None:
+        q = vsqs.Queue(store, clock=clock, visibility_timeout=30)
+        q.send(b"held")
+        held = q.receive()
+        assert held is not None and held.receipt is not None
+        receipt = held.receipt
+        q.close()
+        calls: dict[str, Callable[[], object]] = {
+            "send": lambda: q.send(b"x"),
+            "send_batch": lambda: q.send_batch([b"x", b"y"]),
+            "receive": lambda: q.receive(),
+            "receive_batch": lambda: q.receive_batch(5, wait=1),
+            "delete": held.delete,
+            "delete a receipt": lambda: q.delete(receipt),
+            "delete_batch": lambda: q.delete_batch([held]),
+            "extend": lambda: held.extend(60),
+            "release": held.release,
+            "release a receipt": lambda: q.release(receipt),
+            "peek": lambda: q.peek(),
+            "stats": q.stats,
+            "purge": q.purge,
+            "gc": q.gc,
+            "consume": lambda: q.consume(lambda m: None, max_messages=1, idle_timeout=0),
+        }
+        raised: dict[str, str] = {}
+        for what, call in calls.items():
+            try:
+                call()
+            except vsqs.QueueClosed as exc:
+                raised[what] = "closed" if "the queue is closed" in str(exc) else str(exc)
+            except Exception as exc:
+                raised[what] = repr(exc)
+            else:
+                raised[what] = "nothing raised"
+        assert raised == dict.fromkeys(calls, "closed")
+        q.close()  # again: nothing happens
+        with vsqs.Queue(store, clock=clock) as other:  # and nothing changed
+            stats = other.stats()
+            assert (stats.ready, stats.in_flight) == (0, 1)
+            clock.advance(30)
+            again = other.receive()
+            assert again is not None and again.id == held.id and again.receive_count == 2
+
+    def test_close_wakes_a_long_poll_under_way(
+        self, store: vsqs.Store, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # Without a wake, the poll below would look again only after an hour.
+        monkeypatch.setattr(receiver, "STALE_AFTER", 3600.0)
+        monkeypatch.setattr(receiver, "POLL_INTERVAL", 3600.0)
+        q = vsqs.Queue(store, max_poll_interval=3600)
+        q.send(b"first")
+        # The next look starts a change feed, where the store has one; no
+        # expiry within the hour wakes the poll (its own claim's neither).
+        first = q.receive(visibility_timeout=3600)
+        assert first is not None
+        first.delete()
+        waiting = threading.Event()
+        real_wait = store.wait_for_change
+
+        def wait_for_change(token: Hashable, timeout: float) -> bool:
+            waiting.set()
+            return real_wait(token, timeout)
+
+        outcome: list[BaseException | None] = []
+        ended = threading.Event()
+
+        def poll() -> None:
+            try:
+                q.receive(wait=3600)
+                outcome.append(None)
+            except BaseException as exc:
+                outcome.append(exc)
+            finally:
+                ended.set()
+
+        store.wait_for_change = wait_for_change  # type: ignore[method-assign]
+        try:
+            thread = threading.Thread(target=poll, daemon=True)
+            thread.start()
+            # A polled store has no wait to enter: its receiver waits on its own.
+            assert store.polled or waiting.wait(60), "the receive never waited"
+            closing = threading.Thread(target=q.close, daemon=True)  # it waits for the poll
+            closing.start()
+            assert ended.wait(60), "close() did not wake the long poll"
+            closing.join(60)
+        finally:
+            del store.wait_for_change
+        assert len(outcome) == 1 and isinstance(outcome[0], vsqs.QueueClosed)

@@ -4,6 +4,7 @@ Sending and receiving: FIFO, visibility timeouts, delays and long polls.
 
 from __future__ import annotations
 
+import pickle
 import threading
 import time
 from datetime import UTC, datetime
@@ -61,6 +62,37 @@ class FlowTests:
         ids = q.send_batch(iter(bodies))
         assert ids == sorted(ids) and len(set(ids)) == 3
         assert [m.body for m in q.receive_batch(10)] == [b"1", b"2", b"3"]
+
+    def test_a_failed_send_batch_says_which_messages_it_sent(
+        self, q: vsqs.Queue, store: vsqs.Store
+    ) -> None:
+        writes: list[str] = []
+
+        def third_message(name: str) -> bool:
+            if names.parse(name) is None:
+                return False  # not a message's name (a batch marker)
+            writes.append(name)
+            return len(writes) == 3
+
+        bodies = [f"m{i}".encode() for i in range(5)]
+        with (
+            failing(store, "write_new", third_message) as failed,
+            pytest.raises(vsqs.StorageError, match="injected") as raised,
+        ):
+            q.send_batch(bodies)
+        assert len(failed) == 1
+        sent = raised.value.sent
+        copy = pickle.loads(pickle.dumps(raised.value))
+        assert copy.sent == sent and str(copy) == str(raised.value)
+        # Exactly those were sent, in batch order; the failed one was not
+        # (where staging failed, none was).
+        got = q.receive_batch(10)
+        assert [m.id for m in got] == sent
+        left = iter(bodies)
+        assert all(m.body in left for m in got), "received out of batch order"
+        # Staged first, published after (none sent); one after another (the
+        # first two); side by side (all but the failed one).
+        assert len(sent) in (0, 2, 4)
 
     def test_message_metadata(self, q: vsqs.Queue, clock: FakeClock) -> None:
         q.send(b"x")
