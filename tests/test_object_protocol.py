@@ -594,9 +594,9 @@ def test_class_6_an_extend_back_to_an_earlier_expiry_keeps_the_message(
         lister = ObjectStore(Interleave(store.io, on("copy"), list_meanwhile, after=True))
         with vsqs.Queue(lister, clock=clock) as q2:
             again = q2.extend(msg.receipt, back)  # type: ignore[arg-type]
-        assert names.parse(again.receipt).expiry_ms == r1_expiry  # type: ignore[arg-type, union-attr]
-        assert live_names(store, msg.id) == [again.receipt]
-        again.delete()
+            assert names.parse(again.receipt).expiry_ms == r1_expiry  # type: ignore[arg-type, union-attr]
+            assert live_names(store, msg.id) == [again.receipt]
+            again.delete()  # while q2 is open: a closed queue's messages raise QueueClosed
         clock.advance(60)
         assert q.receive() is None
 
