@@ -251,13 +251,6 @@ def test_object_store_queue_matches_the_model(
         def make_store(self) -> vsqs.Store:
             return open_store(server.url(), server.storage_options)
 
-        # A real store's clock does not move with the test's: jumps stay short
-        # enough (30 steps of at most 2.5 s) that the client never measures
-        # its offset again, which would find its clock moved (ClockSkew).
-        @rule(seconds=st.sampled_from([0.0005, 0.001, 0.2, 1, 2.5]))
-        def advance_clock(self, seconds: float) -> None:
-            self.clock.advance(seconds)
-
     run_state_machine_as_test(
         ObjectQueueMachine,
         settings=settings(max_examples=examples, stateful_step_count=30, deadline=None),
