@@ -9,7 +9,6 @@ needs no :class:`vsqs.Queue`.
 from __future__ import annotations
 
 import bisect
-import contextlib
 import dataclasses
 import heapq
 import logging
@@ -17,7 +16,7 @@ import math
 import random
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -448,50 +447,48 @@ class Receiver:
         """
         deadline = time.monotonic() + wait
         idle_wakes = 0
-        with self._call(), storage_errors(lambda: f"receiving from {self._store.url}"):
-            while True:
-                if self._closed.is_set():
-                    raise QueueClosed(f"{self._store.url}: the queue is closed")
-                if stop is not None and stop.is_set():
-                    return []
-                got = self._claim_available(max_messages, vt_ms, max_receives, exhausted, max_size)
-                if got:
-                    self._received_at = self._clock.elapsed()
-                    return got
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return got
-                if self._candidates.losses:
-                    # Lost every race: let the winners have this arrival and
-                    # come back when more have arrived, instead of waking with
-                    # every consumer at each one.
-                    time.sleep(min(remaining, random.uniform(0, BACKOFF)))
-                    continue
-                if idle_wakes:
-                    # Woken by changes that brought nothing (other consumers'
-                    # claims): look less often, up to every BACKOFF seconds,
-                    # or idle consumers starve the busy ones of CPU.
-                    time.sleep(min(remaining, BACKOFF * min(idle_wakes, 8) / 8))
-                self._wait(deadline - time.monotonic())
-                idle_wakes += 1
+        with self._calls:  # a receive under way, for close()
+            self._receiving += 1
+        try:
+            with storage_errors(lambda: f"receiving from {self._store.url}"):
+                while True:
+                    if self._closed.is_set():
+                        raise QueueClosed(f"{self._store.url}: the queue is closed")
+                    if stop is not None and stop.is_set():
+                        return []
+                    got = self._claim_available(
+                        max_messages, vt_ms, max_receives, exhausted, max_size
+                    )
+                    if got:
+                        self._received_at = self._clock.elapsed()
+                        return got
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return got
+                    if self._candidates.losses:
+                        # Lost every race: let the winners have this arrival and
+                        # come back when more have arrived, instead of waking with
+                        # every consumer at each one.
+                        time.sleep(min(remaining, random.uniform(0, BACKOFF)))
+                        continue
+                    if idle_wakes:
+                        # Woken by changes that brought nothing (other consumers'
+                        # claims): look less often, up to every BACKOFF seconds,
+                        # or idle consumers starve the busy ones of CPU.
+                        time.sleep(min(remaining, BACKOFF * min(idle_wakes, 8) / 8))
+                    self._wait(deadline - time.monotonic())
+                    idle_wakes += 1
+        finally:
+            with self._calls:
+                self._receiving -= 1
+                if self._closed.is_set():  # close() waits for the last to end
+                    self._calls.notify_all()
 
     def after_fork(self) -> None:
         """In a forked child: forget the view (a thread of the parent may have
         been changing it) and the parent's receives under way; list again."""
         self._candidates = Candidates()
         self._receiving = 0
-
-    @contextlib.contextmanager
-    def _call(self) -> Iterator[None]:
-        """Count a receive under way, for :meth:`close`."""
-        with self._calls:
-            self._receiving += 1
-        try:
-            yield
-        finally:
-            with self._calls:
-                self._receiving -= 1
-                self._calls.notify_all()
 
     def close(self) -> None:
         """Make every receive raise :class:`QueueClosed`; return once those
@@ -626,7 +623,7 @@ class Receiver:
                 continue  # foreign, or not visible (any more)
             if (
                 parsed.id in self._passed_over
-                or self._unreadable.waiting(parsed.id, self._clock.elapsed())
+                or self._unreadable.waiting(parsed.id, self._clock.elapsed)
                 or not self._can_claim(parsed, name)
             ):
                 continue  # back with the next listing, never due by itself: no spin
@@ -753,10 +750,11 @@ class Receiver:
             out.append(Claim(plan.id, plan.held, plan.receive_count, plan.expiry_ms, body, origin))
         if unread:
             later.extend(self._give_back(unread))
-        with self._lock:
-            self._unreadable.update(
-                [plan.id for plan in unread], [claim.id for claim in out], self._clock.elapsed()
-            )
+        if unread or self._unreadable:
+            with self._lock:
+                self._unreadable.update(
+                    [plan.id for plan in unread], [claim.id for claim in out], self._clock.elapsed()
+                )
         return failure
 
     def _give_back(self, unread: list[Plan]) -> list[tuple[str, int]]:
@@ -933,10 +931,15 @@ class Unreadable:
     def __init__(self) -> None:
         self._until: dict[str, tuple[float, float]] = {}  # id -> (until, backoff)
 
-    def waiting(self, message_id: str, now: float) -> bool:
-        """Whether ``message_id`` is passed over at ``now`` (elapsed seconds)."""
+    def __bool__(self) -> bool:
+        """Whether any message is remembered as unreadable."""
+        return bool(self._until)
+
+    def waiting(self, message_id: str, now: Callable[[], float]) -> bool:
+        """Whether ``message_id`` is passed over now (``now()``: elapsed seconds,
+        read only if it failed before)."""
         found = self._until.get(message_id) if self._until else None
-        return found is not None and now < found[0]
+        return found is not None and now() < found[0]
 
     def update(self, failed: list[str], read: list[str], now: float) -> None:
         """Bodies of ``failed`` could not be read at ``now``; those of ``read`` were."""
