@@ -231,3 +231,20 @@ def test_a_signal_while_send_file_reads_keeps_every_line_read() -> None:
             lines.next()
         assert lines.held == [b"a\n", b"b\n"]  # and "c" is not a whole line yet
     os.close(write)
+
+
+def test_a_signal_a_command_got_is_not_the_next_commands() -> None:
+    """One process runs several commands (tests; the simulation runs the move
+    loop after CLI tests): a SIGTERM one got stayed pending after it ended,
+    and the next one's first checkpoint raised ``Interrupted`` at once."""
+    import os
+    import signal
+
+    from vsqs import _cli_interrupt
+
+    with _cli_interrupt.handling():
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert _cli_interrupt.pending() == signal.SIGTERM
+    assert _cli_interrupt.pending() is None
+    assert not _cli_interrupt.STOP.is_set()
+    _cli_interrupt.checkpoint()  # raises nothing

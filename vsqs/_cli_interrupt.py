@@ -75,6 +75,10 @@ def handling() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        # The command is over: a signal it got is not the next caller's (one
+        # process runs several commands: tests, and the library's move loop).
+        _state.pending, _state.waiting = None, 0
+        STOP.clear()
 
 
 def pending() -> int | None:
