@@ -176,8 +176,15 @@ class ObjectIO(ABC):
         """Delete every name (absent ones are no error); return those that failed."""
 
     def clock_offset(self) -> float | None:
-        """The store's clock minus this host's, in seconds, if the store tells (one request)."""
-        return None
+        """The store's clock minus this host's, in seconds, if the store tells
+        (one request: :meth:`store_date`, whose time is truncated to the second)."""
+        before = time.time()
+        date = self.store_date()
+        after = time.time()
+        if date is None:
+            return None
+        # The store's time was in [date, date + 1) while the request was sent.
+        return date + 0.5 - (before + after) / 2
 
     def store_date(self) -> float | None:
         """The store's clock, from the ``Date`` of one request that carries no
