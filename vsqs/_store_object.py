@@ -396,10 +396,10 @@ class ObjectStore(Store):
         offset = self._offsets.get(clock)
         if offset is None:
             found = store_offset(clock, self.io.probe_scope, self._durations)
-            offset = found or StoreOffset(clock, self._durations)
+            offset = found or StoreOffset(self._durations)
             with self._lock:
                 offset = self._offsets.setdefault(clock, offset)
-        return offset.ms(self._measure)
+        return offset.ms(clock, self._measure)
 
     def _measure(self, read: Callable[[], float]) -> tuple[float, float] | None:
         """The least and the greatest the store's clock minus ``read()``'s can
