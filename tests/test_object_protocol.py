@@ -1112,6 +1112,24 @@ def test_the_probe_measures_the_clock_offset_to_the_store(
     assert offset is not None and abs(offset) < 1.5  # the server runs on this host's clock
 
 
+def test_gcs_reads_the_stores_clock_from_requests_a_queue_may_make(
+    gcs_server: Server, gcs_proxy: FaultProxy
+) -> None:
+    """The clock's measure lists at most one name of the queue (a GET of the
+    bucket's metadata needs a permission queues need not have), and a create
+    tells its Date, as the probe's Date check assumes (it told none)."""
+    store = open_store(gcs_server.url(), proxied(gcs_server, gcs_proxy))
+    assert isinstance(store, ObjectStore)
+    gcs_proxy.arm(None)
+    assert store.io.store_date() is not None
+    assert [(e.method, e.path.split("?")[0]) for e in gcs_proxy.exchanges] == [
+        ("GET", "/storage/v1/b/vsqs-test/o")
+    ]
+    store.io.last_date = None
+    store.io.create("a-name", b"x")
+    assert store.io.last_date is not None
+
+
 def test_a_host_clock_far_from_the_stores_is_warned_about(
     s3_server: Server, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
