@@ -15,6 +15,7 @@ import pytest
 import vsqs
 import vsqs.aio
 from vsqs import _receiver as receiver
+from vsqs._registry import open_store
 from vsqs.testing import FakeClock
 
 
@@ -343,5 +344,33 @@ def test_a_closed_queue_raises_queue_closed_and_ends_its_long_polls_at_once(
                 await call
         with pytest.raises(vsqs.QueueClosed):
             sync.send(b"x")  # the queue it opened is closed too
+
+    asyncio.run(main())
+
+
+def test_closing_the_facade_ends_a_long_poll_on_a_polled_store_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On an object store a waiting receiver sleeps until its next listing;
+    the facade's close() woke the store, which ended no such sleep, so the
+    poll ran on to its next look (here an hour away; 2 s by default)."""
+    monkeypatch.setattr(receiver, "POLL_INTERVAL", 3600.0)
+    monkeypatch.setattr(receiver, "STALE_AFTER", 3600.0)
+    store = open_store(f"memory://vsqs-aio-{time.monotonic_ns()}/q", None)
+    waiting = threading.Event()
+    real_pause = store.pause
+
+    def pause(timeout: float) -> None:
+        waiting.set()
+        real_pause(timeout)
+
+    async def main() -> None:
+        q = vsqs.aio.Queue(store, max_poll_interval=3600)
+        await q.open()
+        store.pause = pause  # type: ignore[method-assign]
+        polling = asyncio.create_task(q.receive(wait=3600))
+        assert await asyncio.to_thread(waiting.wait, 60)
+        await asyncio.wait_for(q.close(), 60)
+        assert await asyncio.wait_for(polling, 60) is None
 
     asyncio.run(main())

@@ -43,7 +43,7 @@ import pytest
 
 import vsqs
 from vsqs import _names as names
-from vsqs import _store_object, _store_s3
+from vsqs import _store_object
 from vsqs._registry import open_store
 from vsqs._store_object import ObjectStore
 
@@ -446,10 +446,13 @@ def test_the_offset_to_the_stores_clock_is_warned_about_and_corrects_every_expir
     and the request leave, not its own clock plus the timeout."""
     host = TrueTime(int(time.time() * 1000) - 30_000).host(0)
 
+    steady = time.monotonic
+
     class HostTime:  # the probe reads the host's time.time()
         time = staticmethod(host)
+        monotonic = staticmethod(steady)
 
-    monkeypatch.setattr(_store_s3, "time", HostTime)
+    monkeypatch.setattr(_store_object, "time", HostTime)
     monkeypatch.setattr(_store_object, "_PROBED", {})  # probe again, on this host's clock
     url = s3_server.url()
     before = time.time()

@@ -12,8 +12,11 @@ Clocks are injected and moved by hand: no test sleeps.
 
 from __future__ import annotations
 
+import gc
 import math
+import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -21,7 +24,7 @@ import pytest
 import vsqs
 from vsqs import _names as names
 from vsqs import _store_object
-from vsqs._store_clock import CLOCK_BOUND, WINDOW, StoreClock, StoreOffset
+from vsqs._store_clock import CLOCK_BOUND, RETRY, WINDOW, StoreClock, StoreOffset, store_offset
 from vsqs._store_object import FINISH_AFTER, ObjectIO, ObjectStore
 
 from .backends import params, select
@@ -527,17 +530,99 @@ def test_a_step_of_the_hosts_clock_is_measured_again_at_its_next_read() -> None:
     before a name is written with it, and the step is no ClockSkew. Within a
     window and without a step, the offset is read, not measured."""
     wall, steady = FakeClock(5000.0), FakeClock(1000.0)
-    offset = StoreOffset(wall, steady, elapsed=steady)
+    offset = StoreOffset(steady, elapsed=steady)
     measures: list[float] = []
 
     def measure(read: Callable[[], float]) -> tuple[float, float]:
         measures.append(read())
         return 10_000.0 - read(), 10_000.0 - read()  # the store reads 10 000 now
 
-    assert offset.ms(measure) == 5_000_000
+    assert offset.ms(wall, measure) == 5_000_000
     steady.advance(1)
     wall.advance(1)
-    assert offset.ms(measure) == 5_000_000 and len(measures) == 1  # no step: read
+    assert offset.ms(wall, measure) == 5_000_000 and len(measures) == 1  # no step: read
     wall.advance(CLOCK_BOUND + 10)  # stepped: the steady clock did not move
-    assert offset.ms(measure) == round((10_000.0 - wall()) * 1000)  # no ClockSkew
+    assert offset.ms(wall, measure) == round((10_000.0 - wall()) * 1000)  # no ClockSkew
     assert len(measures) == 2
+
+
+def test_a_failed_measure_again_keeps_the_offset_in_hand_and_tries_later() -> None:
+    """The 5-minute measure again fails (the store is briefly unreachable):
+    the offset measured before is still good, so names go on being written
+    with it, and the measure is tried again RETRY seconds later, not at
+    every read (nor does the failure reach the send or receive that read)."""
+    wall, steady = FakeClock(5000.0), FakeClock(1000.0)
+    offset = StoreOffset(steady, elapsed=steady)
+    tries: list[str] = []
+
+    def measure(read: Callable[[], float]) -> tuple[float, float]:
+        tries.append("measure")
+        if len(tries) == 2:
+            raise ConnectionResetError("injected: the store is unreachable")
+        store = 10_000.0 + steady() - 1000.0  # the store's clock runs with the steady one
+        return store - read(), store - read()
+
+    assert offset.ms(wall, measure) == 5_000_000
+    steady.advance(WINDOW + 1)
+    wall.advance(WINDOW + 1)
+    assert offset.ms(wall, measure) == 5_000_000 and len(tries) == 2  # failed, kept
+    assert offset.ms(wall, measure) == 5_000_000 and len(tries) == 2  # not again at once
+    steady.advance(RETRY)
+    wall.advance(RETRY)
+    assert offset.ms(wall, measure) == 5_000_000
+    assert len(tries) == 3
+
+
+def test_a_first_measure_that_fails_raises() -> None:
+    """With no offset in hand, a failed measure fails the read (no name may
+    be written on a clock nobody measured)."""
+    offset = StoreOffset(FakeClock(1000.0))
+
+    def measure(read: Callable[[], float]) -> tuple[float, float]:
+        raise ConnectionResetError("injected")
+
+    with pytest.raises(ConnectionResetError):
+        offset.ms(FakeClock(5000.0), measure)
+
+
+def test_a_measure_that_returns_after_a_later_one_changes_nothing() -> None:
+    """A measure under way when the host's clock steps returns after the
+    measure the step caused: the older figure must not replace the newer
+    (nor be compared with it for a ClockSkew)."""
+    wall, steady = FakeClock(5000.0), FakeClock(1000.0)
+    offset = StoreOffset(steady, elapsed=steady)
+    offset.ms(wall, lambda read: (10_000.0 - read(), 10_000.0 - read()))
+    steady.advance(WINDOW + 1)
+    wall.advance(WINDOW + 1)
+    started, release = threading.Event(), threading.Event()
+    stale = 10_000.0 + WINDOW + 1 - wall()  # the figure before the step
+
+    def slow(read: Callable[[], float]) -> tuple[float, float]:
+        started.set()
+        assert release.wait(30)
+        return stale, stale
+
+    first = threading.Thread(target=offset.ms, args=(wall, slow))
+    first.start()
+    assert started.wait(30)
+    steady.advance(1)
+    wall.advance(60)  # a step: measured again at once by this caller
+    fresh = 10_000.0 + WINDOW + 2 - wall()
+    assert offset.ms(wall, lambda read: (fresh, fresh)) == round(fresh * 1000)
+    release.set()
+    first.join(30)
+    assert offset.ms(wall, lambda read: (0.0, 0.0)) == round(fresh * 1000)
+
+
+def test_the_offsets_of_a_clock_are_freed_with_it() -> None:
+    """The registry of offsets is weak on the clock: a test's clock, or a
+    user's ``clock=`` lambda, is not kept alive by the offsets measured on
+    it (each StoreOffset held its clock, the registry's own key)."""
+    clock = FakeClock(5000.0)
+    offset = store_offset(clock, ("scope", "of a test"), FakeClock(1000.0))
+    assert offset is not None
+    offset.ms(clock, lambda read: (1.0, 1.0))
+    dead = weakref.ref(clock)
+    del clock, offset
+    gc.collect()
+    assert dead() is None

@@ -271,6 +271,35 @@ def test_a_give_back_that_loses_to_another_claimer_leaves_the_message_its(
         assert other.receive() is None
 
 
+def test_unreadable_messages_at_the_head_never_hide_the_messages_behind(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ordered listing stops after HEAD_NAMES visible names (3 here, 500 in
+    use): when every one of them is a message this receiver passes over (a
+    producer whose objects the consumer may not read), the messages behind
+    them were never listed, and never received."""
+    from vsqs import _receiver
+
+    monkeypatch.setattr(_receiver, "HEAD_NAMES", 3)
+    store = open_store(server.url(), server.storage_options)
+    assert isinstance(store, ObjectStore)
+    failing = FailingGets(store.io)
+    clock = FakeClock(time.time())
+    with (
+        vsqs.Queue(store, clock=clock) as healthy,
+        vsqs.Queue(ObjectStore(failing), clock=clock) as q,
+    ):
+        *bad, good = healthy.send_batch([b"x", b"y", b"z", b"good"])
+        failing.ids = set(bad)
+        got = None
+        for _ in range(len(bad) + 1):  # each failed read raises once, then is passed over
+            with suppress(vsqs.StorageError):
+                got = q.receive()
+            if got is not None:
+                break
+        assert got is not None and got.id == good
+
+
 def test_a_get_that_fails_after_a_claim_gives_the_claim_back(server: Server) -> None:
     """Issue 26: one failed body ``GET`` threw away the whole batch."""
     store = open_store(server.url(), server.storage_options)

@@ -1101,23 +1101,46 @@ def test_a_marker_that_is_not_ours_never_finishes_anything(
 
 
 # -------------------------------------------------------------------- clocks
-def test_the_probe_measures_the_clock_offset_to_the_store(s3_server: Server) -> None:
-    store = object_store(s3_server)
+@pytest.mark.parametrize("server_fixture", ["s3_server", "gcs_server"])
+def test_the_probe_measures_the_clock_offset_to_the_store(
+    request: pytest.FixtureRequest, server_fixture: str
+) -> None:
+    """From the ``Date`` of one request (GCS measured nothing before: only the
+    S3 adapter had the measure, although both tell ``store_date``)."""
+    store = object_store(request.getfixturevalue(server_fixture))
     offset = store.capabilities.clock_offset
-    assert offset is not None and abs(offset) < 1.5  # moto runs on this host's clock
+    assert offset is not None and abs(offset) < 1.5  # the server runs on this host's clock
+
+
+def test_gcs_reads_the_stores_clock_from_requests_a_queue_may_make(
+    gcs_server: Server, gcs_proxy: FaultProxy
+) -> None:
+    """The clock's measure lists at most one name of the queue (a GET of the
+    bucket's metadata needs a permission queues need not have), and a create
+    tells its Date, as the probe's Date check assumes (it told none)."""
+    store = open_store(gcs_server.url(), proxied(gcs_server, gcs_proxy))
+    assert isinstance(store, ObjectStore)
+    gcs_proxy.arm(None)
+    assert store.io.store_date() is not None
+    assert [(e.method, e.path.split("?")[0]) for e in gcs_proxy.exchanges] == [
+        ("GET", "/storage/v1/b/vsqs-test/o")
+    ]
+    store.io.last_date = None
+    store.io.create("a-name", b"x")
+    assert store.io.last_date is not None
 
 
 def test_a_host_clock_far_from_the_stores_is_warned_about(
     s3_server: Server, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from vsqs import _store_s3
-
     class SkewedTime:
+        monotonic = staticmethod(time.monotonic)
+
         @staticmethod
         def time() -> float:
             return time.time() - 30  # this host runs 30 s behind the store
 
-    monkeypatch.setattr(_store_s3, "time", SkewedTime)
+    monkeypatch.setattr(_store_object, "time", SkewedTime)
     found = object_store(s3_server)._run_probe()  # the cached probe ran on the true clock
     assert found.clock_offset is not None and 29 < found.clock_offset < 31
     assert re.search(r"this host's clock is -(29|30)\.\d s off the store's", caplog.text)

@@ -275,3 +275,18 @@ def test_the_maximum_poll_interval_comes_from_the_environment(
         vsqs.Queue(s3_server.url(), storage_options=s3_server.storage_options)
     with pytest.raises(vsqs.InvalidArgument, match="max_poll_interval"):
         vsqs.Queue(vsqs.MemoryStore(), max_poll_interval=float("nan"))
+
+
+def test_an_unreadable_message_is_forgotten_once_its_failures_are_not_in_a_row() -> None:
+    """A message another receiver read (or that is gone) stays in this
+    receiver's memory of unreadable messages only until its backoff ended
+    UNREADABLE_MAX ago; then every receive skips that bookkeeping again."""
+    from vsqs._receiver import UNREADABLE_FIRST, UNREADABLE_MAX, Unreadable
+
+    unreadable = Unreadable()
+    unreadable.update(["m"], [], now=100.0)
+    assert unreadable and unreadable.waiting("m", lambda: 100.0)
+    unreadable.update([], ["other"], now=100.0 + UNREADABLE_FIRST + UNREADABLE_MAX - 0.1)
+    assert unreadable  # not long enough
+    unreadable.update([], ["other"], now=100.0 + UNREADABLE_FIRST + UNREADABLE_MAX + 0.1)
+    assert not unreadable

@@ -353,7 +353,7 @@ def _move_back(message: Message, dlq: Queue, target: Queue) -> bool:
     removes them; others are left to ``gc()``); whether it was still held there."""
     held = names.parse(message.receipt or "")
     assert held is not None
-    record_id = names.MsClock(target.clock).next_id()
+    record_id = target.store.ms_clock(target.clock).next_id()  # on the store's clock, as gc ages it
     move_in(target.store, target.durable, held, message.body, Origin(record_id, b""))
     try:
         dlq.delete(message)

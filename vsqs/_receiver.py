@@ -517,7 +517,7 @@ class Receiver:
         if next_expiry is not None:
             timeout = min(timeout, max(0.0, (next_expiry - self._clock.now_ms()) / 1000))
         if polled:
-            self._closed.wait(timeout)  # only a listing can tell what changed
+            self._store.pause(timeout)  # only a listing can tell what changed
         else:
             self._store.wait_for_change(c.token, timeout)
 
@@ -621,11 +621,7 @@ class Receiver:
             parsed = names.parse(name)
             if parsed is None or parsed.state == names.NEW or not names.is_visible(parsed, now):
                 continue  # foreign, or not visible (any more)
-            if (
-                parsed.id in self._passed_over
-                or self._unreadable.waiting(parsed.id, self._clock.elapsed)
-                or not self._can_claim(parsed, name)
-            ):
+            if self._passes_over(parsed.id) or not self._can_claim(parsed, name):
                 continue  # back with the next listing, never due by itself: no spin
             if parsed.id in ids:  # not again in this batch
                 if parsed.expiry_ms is not None:
@@ -639,6 +635,13 @@ class Receiver:
                 Plan(name, parsed.id, names.next_name(parsed, expiry, count), count, expiry)
             )
         return plans, relists
+
+    def _passes_over(self, message_id: str) -> bool:
+        """Whether this receiver passes over the message now (for good, or
+        until the backoff of a read that failed ends)."""
+        return message_id in self._passed_over or self._unreadable.waiting(
+            message_id, self._clock.elapsed
+        )
 
     def _can_claim(self, parsed: names.Name, name: str) -> bool:
         """Whether a claim of ``name`` leaves its holder a name to let go of
@@ -725,6 +728,7 @@ class Receiver:
 
         failure: Exception | None = None
         unread: list[Plan] = []
+        first = len(out)  # claims of earlier rounds of the batch are in ``out`` already
         origins = self._candidates.origins
         bodies = fan_out(read, [plan.held for plan in won], store.batch_width)
         for plan, outcome in zip(won, bodies, strict=True):
@@ -749,49 +753,52 @@ class Receiver:
             origin = origins.get(plan.id, ())
             out.append(Claim(plan.id, plan.held, plan.receive_count, plan.expiry_ms, body, origin))
         if unread:
-            later.extend(self._give_back(unread))
+            later.extend(self._give_back([(plan.held, _count_before(plan)) for plan in unread]))
         if unread or self._unreadable:
             with self._lock:
                 self._unreadable.update(
-                    [plan.id for plan in unread], [claim.id for claim in out], self._clock.elapsed()
+                    [plan.id for plan in unread],
+                    [claim.id for claim in out[first:]],
+                    self._clock.elapsed(),
                 )
         return failure
 
-    def _give_back(self, unread: list[Plan]) -> list[tuple[str, int]]:
-        """Make claims whose body could not be read visible again at once,
-        with the receive count they had before the claim (which delivered
-        nothing, so it counts nothing; docs/format.md, "Transitions"). The
-        renames take the next version, as every rename does. Returns the
+    def _give_back(self, unread: list[tuple[str, int]]) -> list[tuple[str, int]]:
+        """Make claims that delivered nothing (``(held name, receive count
+        before the claim)``) visible again at once, with that count (a claim
+        that delivered nothing counts nothing; docs/format.md, "Transitions").
+        The renames take the next version, as every rename does. Returns the
         name each is left at and its expiry: a claim whose give-back failed
         too stays held until its visibility timeout, counted."""
         store, now = self._store, self._clock.now_ms()
         moves: list[tuple[str, str]] = []
-        for plan in unread:
-            held, had = names.parse(plan.held), names.parse(plan.candidate)
-            assert held is not None and had is not None
-            moves.append((plan.held, names.next_name(held, now, had.receive_count)))
+        expiries: list[int] = []
+        for held_name, count in unread:
+            held = names.parse(held_name)
+            assert held is not None and held.expiry_ms is not None
+            moves.append((held_name, names.next_name(held, now, count)))
+            expiries.append(held.expiry_ms)
         left: list[tuple[str, int]] = []
-        for plan, (_, back), error in zip(unread, moves, store.rename_batch(moves), strict=True):
+        for (held_name, back), expiry, error in zip(
+            moves, expiries, store.rename_batch(moves), strict=True
+        ):
             if error is None:
                 left.append((back, now))
             elif not isinstance(error, FileNotFoundError):  # else expired and taken by another
-                log.warning("%s: could not give back %s: %s", store.url, plan.held, error)
-                left.append((plan.held, plan.expiry_ms))
+                log.warning("%s: could not give back %s: %s", store.url, held_name, error)
+                left.append((held_name, expiry))
         return left
 
     def give_back(self, held: list[str]) -> None:
         """Make claims that reached no caller (a cancelled asyncio receive)
         visible again at once, uncounted, as :meth:`_give_back` does with
         claims whose body could not be read."""
-        plans = []
+        unread = []
         for name in held:
             parsed = names.parse(name)
             if parsed is not None and parsed.expiry_ms is not None:
-                # What _give_back restores is the count its candidate spells: the one before.
-                count = max(parsed.receive_count - 1, 0)
-                had = names.invisible_name(parsed.id, parsed.expiry_ms, count, parsed.version)
-                plans.append(Plan(had, parsed.id, name, parsed.receive_count, parsed.expiry_ms))
-        left = self._give_back(plans)
+                unread.append((name, max(parsed.receive_count - 1, 0)))
+        left = self._give_back(unread)
         with self._lock:
             for name in held:
                 self._candidates.forget(name)
@@ -874,7 +881,7 @@ class Receiver:
         stale_new: list[str] = []
         pending: dict[str, int] = {}
         origins: dict[str, names.Records] = {}
-        listed = 0
+        listed = passed = 0
         head = HEAD_NAMES if store.lists_in_order else math.inf
         for name in store.list():
             listed += 1
@@ -883,17 +890,28 @@ class Receiver:
             elif name.endswith(names.NEW_SUFFIX):
                 if name < stale_before:
                     stale_new.append(name)
+                continue
             elif (parsed := names.parse(name)) is not None and parsed.expiry_ms is not None:
-                if parsed.expiry_ms <= now_ms:
-                    visible.append(name)
-                else:
+                if parsed.expiry_ms > now_ms:
                     pending[name] = parsed.expiry_ms
+                    continue
+                visible.append(name)
             else:
                 names.note_origin(origins, name)
-            if len(visible) + len(young) >= head:
+                continue
+            if self._passes_over(name[: names.ID_LEN]):
+                passed += 1  # the head is what this receiver may claim
+            elif len(visible) + len(young) - passed >= head:
                 break  # in key order: the rest of the backlog is newer
         visible.sort()
         return Listing(visible, young, pending, stale_new, listed, origins)
+
+
+def _count_before(plan: Plan) -> int:
+    """The receive count of the message before this claim (its candidate's)."""
+    had = names.parse(plan.candidate)
+    assert had is not None
+    return had.receive_count
 
 
 def _young_from(now_ms: int) -> str:
@@ -942,10 +960,17 @@ class Unreadable:
         return found is not None and now() < found[0]
 
     def update(self, failed: list[str], read: list[str], now: float) -> None:
-        """Bodies of ``failed`` could not be read at ``now``; those of ``read`` were."""
+        """Bodies of ``failed`` could not be read at ``now``; those of ``read``
+        were. Forgets a message whose backoff ended over UNREADABLE_MAX ago
+        (another receiver read it, or it is gone): its failures are no longer
+        in a row."""
         if self._until:
             for message_id in read:
                 self._until.pop(message_id, None)
+            for message_id in [
+                i for i, (until, _) in self._until.items() if until < now - UNREADABLE_MAX
+            ]:
+                del self._until[message_id]
         for message_id in failed:
             _, backoff = self._until.pop(message_id, (now, UNREADABLE_FIRST / 2))
             backoff = min(2 * backoff, UNREADABLE_MAX)

@@ -15,9 +15,13 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import ClassVar, TypeVar
 
+from . import _forks
 from ._names import MsClock
 
 T = TypeVar("T")
+
+#: Notified by every store's :meth:`Store.wake` (each pause checks its own store's count).
+_WAKES = _forks.condition()
 
 #: Name changes (``list`` is a method name inside :class:`Store`).
 Changes = list[tuple[str, bool]]
@@ -325,13 +329,25 @@ class Store(ABC):
             interval = min(interval * 1.5, 0.010)
 
     def wake(self) -> None:
-        """Make the :meth:`wait_for_change` calls under way return now (a
-        queue on this store is closing; other waiters wake spuriously).
+        """Make the :meth:`wait_for_change` and :meth:`pause` calls under way
+        return now (a queue on this store is closing; other waiters wake
+        spuriously).
 
-        A store that overrides :meth:`wait_for_change` overrides this too;
-        otherwise its waits end at their timeout.
+        A store that overrides :meth:`wait_for_change` overrides this too
+        (calling this one); otherwise its waits end at their timeout.
         """
-        self._wakes += 1
+        with _WAKES:
+            self._wakes += 1
+            _WAKES.notify_all()
+
+    def pause(self, timeout: float) -> None:
+        """Sleep up to ``timeout`` seconds, or until :meth:`wake` (the wait of a
+        receiver on a polled store, where only a listing tells what changed)."""
+        deadline = time.monotonic() + timeout
+        with _WAKES:
+            wakes = self._wakes
+            while self._wakes == wakes and (remaining := deadline - time.monotonic()) > 0:
+                _WAKES.wait(remaining)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"

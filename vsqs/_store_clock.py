@@ -34,6 +34,7 @@ how far the host's wall clock is from the store's: beyond
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 import weakref
@@ -42,6 +43,8 @@ from collections.abc import Callable, Hashable
 
 from . import _forks
 from ._errors import ClockSkew
+
+log = logging.getLogger("vsqs")
 
 #: Seconds a host's wall clock may be off the store's before its client gets
 #: :class:`ClockSkew` (docs/protocol.md, "Whose clock decides expiry").
@@ -54,6 +57,8 @@ WINDOW = 300.0
 REMEMBERED = 100_000
 #: The resolution of listed times assumed when checking a host's lead (S3's).
 RESOLUTION = 1.0
+#: Seconds after a failed re-measure of a clock's offset before the next try.
+RETRY = 5.0
 #: A change of a host's wall clock against its steady clock (seconds) taken
 #: for a step of it: its offset is measured again before it is read.
 STEP = 1.0
@@ -220,10 +225,10 @@ class StoreOffset:
     is used from then on. Thread-safe.
     """
 
-    def __init__(self, clock: Clock, steady: Clock, elapsed: Clock | None = None) -> None:
-        self._clock = clock
-        #: The steady clock ``clock`` is checked against for steps.
-        self._elapsed = elapsed or (time.monotonic if clock is time.time else clock)
+    def __init__(self, steady: Clock, elapsed: Clock | None = None) -> None:
+        #: The steady clock a clock is checked against for steps (by default
+        #: ``time.monotonic`` for ``time.time``, an injected clock itself).
+        self._elapsed = elapsed
         self._steady = steady
         self._lock = _forks.lock()
         self._ms: int | None = None  # None: not measured, or the store tells no time
@@ -231,26 +236,39 @@ class StoreOffset:
         self._drift = 0.0  # clock minus its steady clock, when measured
         self._measuring = False
 
-    def ms(self, measure: Measure) -> int:
-        """The offset in whole ms (0 if the store tells no time).
+    def ms(self, clock: Clock, measure: Measure) -> int:
+        """The offset of ``clock`` in whole ms (0 if the store tells no time).
 
-        No lock is held across the measure's requests: until a first measure
+        The clock is not kept (the registry of offsets is weak on it). No
+        lock is held across the measure's requests: until a first measure
         (or one after a step) returns, each caller measures for itself; a
-        re-measure is made by one caller while the others read the offset
-        it replaces."""
+        re-measure is made by one caller while the others read the offset it
+        replaces, and one that fails keeps that offset (logged) and is tried
+        again :data:`RETRY` seconds later. A measure that returns after a
+        later one did changes nothing."""
+        elapsed = self._elapsed or (time.monotonic if clock is time.time else clock)
         with self._lock:
-            now, drift = self._steady(), self._clock() - self._elapsed()
+            now, drift = self._steady(), clock() - elapsed()
             stepped = abs(drift - self._drift) > STEP
             known = self._measured_at > -math.inf and not stepped
             if known and (now - self._measured_at < WINDOW or self._measuring):
                 return self._ms or 0
             self._measuring = True
         try:
-            found = measure(self._clock)
+            found = measure(clock)
+        except OSError as exc:
+            if not known:
+                raise
+            with self._lock:  # the offset in hand is still good: look again soon
+                self._measured_at = max(self._measured_at, now - WINDOW + RETRY)
+            log.warning("could not measure the store's clock again (%s); kept the offset", exc)
+            return self._ms or 0
         finally:
             with self._lock:
                 self._measuring = False
         with self._lock:
+            if now < self._measured_at:  # a later measure already landed
+                return self._ms or 0
             self._measured_at, self._drift = now, drift
             before, self._ms = self._ms, None if found is None else _nearest_to_none(*found)
             if known and before is not None and self._ms is not None:
@@ -291,5 +309,5 @@ def store_offset(clock: Clock, scope: Hashable, steady: Clock) -> StoreOffset | 
                 return None
         offset = found.get(scope)
         if offset is None:
-            offset = found[scope] = StoreOffset(clock, steady)
+            offset = found[scope] = StoreOffset(steady)
         return offset

@@ -79,9 +79,13 @@ class GCSObjects(FsspecObjects):
         self.prefix = f"{key}/" if key else ""
 
     def store_date(self) -> float | None:
-        """The ``Date`` of one ``GET`` of the bucket's metadata (whole seconds)."""
-        with self._request("head"):
-            headers, _ = self.fs.call("GET", "b/{}", self.bucket)
+        """The ``Date`` of a listing of at most one name of the queue (whole
+        seconds): a request a queue's permissions allow (objects.list; a
+        ``GET`` of the bucket's metadata needs storage.buckets.get too)."""
+        with self._request("list"):
+            headers, _ = self.fs.call(
+                "GET", "b/{}/o", self.bucket, prefix=self.prefix, delimiter="/", maxResults=1
+            )
         return http_date(headers.get("Date"))
 
     def listing(self, prefix: str = "") -> Iterator[tuple[str, float | None]]:
@@ -174,7 +178,7 @@ class GCSObjects(FsspecObjects):
         )
         once = type(self.fs)._request.__wrapped__  # the request, without gcsfs's retries
         try:
-            sync(
+            _, headers, _, _ = sync(
                 self.fs.loop,
                 once,
                 self.fs,
@@ -189,3 +193,4 @@ class GCSObjects(FsspecObjects):
             raise
         except Exception as exc:  # gcsfs's HttpError, aiohttp's errors: the outcome is unknown
             raise ConnectionError(f"creating {name}: {exc}") from exc
+        self.last_date = http_date(headers.get("Date")) or self.last_date

@@ -112,6 +112,7 @@ class MemoryStore(Store):
             )
 
     def wake(self) -> None:
+        super().wake()  # a pause
         with self._spaces.changed:
             self._spaces.wakes += 1
             self._spaces.changed.notify_all()

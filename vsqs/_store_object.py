@@ -176,8 +176,15 @@ class ObjectIO(ABC):
         """Delete every name (absent ones are no error); return those that failed."""
 
     def clock_offset(self) -> float | None:
-        """The store's clock minus this host's, in seconds, if the store tells (one request)."""
-        return None
+        """The store's clock minus this host's, in seconds, if the store tells
+        (one request: :meth:`store_date`, whose time is truncated to the second)."""
+        before = time.time()
+        date = self.store_date()
+        after = time.time()
+        if date is None:
+            return None
+        # The store's time was in [date, date + 1) while the request was sent.
+        return date + 0.5 - (before + after) / 2
 
     def store_date(self) -> float | None:
         """The store's clock, from the ``Date`` of one request that carries no
@@ -389,10 +396,10 @@ class ObjectStore(Store):
         offset = self._offsets.get(clock)
         if offset is None:
             found = store_offset(clock, self.io.probe_scope, self._durations)
-            offset = found or StoreOffset(clock, self._durations)
+            offset = found or StoreOffset(self._durations)
             with self._lock:
                 offset = self._offsets.setdefault(clock, offset)
-        return offset.ms(self._measure)
+        return offset.ms(clock, self._measure)
 
     def _measure(self, read: Callable[[], float]) -> tuple[float, float] | None:
         """The least and the greatest the store's clock minus ``read()``'s can

@@ -25,7 +25,6 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -253,13 +252,3 @@ class S3Objects(FsspecObjects):
         self.count("head")
         response = self._call("head_bucket")
         return http_date(response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date"))
-
-    def clock_offset(self) -> float | None:
-        """From the ``Date`` header of a ``HEAD`` of the bucket (whole seconds)."""
-        before = time.time()
-        date = self.store_date()
-        after = time.time()
-        if date is None:
-            return None
-        # The header truncates to the second: the server's time was in [date, date + 1).
-        return date + 0.5 - (before + after) / 2

@@ -139,11 +139,15 @@ class Verdict:
         self.violations.append(what)
 
 
-def _expiry(receipt: str, skew: float) -> float:
-    """A name's expiry on the bucket's clock (it was computed on a clock ``skew`` ahead)."""
+def _expiry(receipt: str, event: Event, store_clock: bool) -> float:
+    """A name's expiry on the bucket's clock. ``event`` wrote it on its
+    writer's wall clock (off by ``event.skew``), or, on a store that tells its
+    time (``store_clock``), on the bucket's clock as the writer measured it:
+    off by the steps of its wall clock since."""
     parsed = names.parse(receipt)
     assert parsed is not None and parsed.expiry_ms is not None, receipt
-    return parsed.expiry_ms / 1000 - skew
+    off = event.skew - event.measured if store_clock else event.skew
+    return parsed.expiry_ms / 1000 - off
 
 
 def judge(
@@ -160,6 +164,7 @@ def judge(
     born: dict[str, float] | None = None,
     changes: list[Change] | None = None,
     written: dict[str, bytes] | None = None,
+    store_clock: bool = False,
 ) -> Verdict:
     """Check a finished run; ``tolerance``: the largest clock difference between
     clients; ``moved``: ids of messages that entered another queue;
@@ -169,7 +174,9 @@ def judge(
     ``claims``: every claim in the source queue (``run.claims_of``);
     ``born``: when each id (as sent) first had a key in the source queue;
     ``changes``: every write and delete of the bucket (``Bucket.changes``),
-    ``written``: the bytes first written to each key (``Bucket.written``)."""
+    ``written``: the bytes first written to each key (``Bucket.written``);
+    ``store_clock``: names are written on the bucket's clock (as each client
+    measured it: a store that tells its time), not on the writer's."""
     verdict = Verdict()
     moves = {r for e in events if e.op == "move" for r in e.acked}
     events = [one for event in events for one in _each_ack(event)]
@@ -193,13 +200,13 @@ def judge(
             for message_id, receipt, count in zip(
                 event.ids, event.receipts, event.counts, strict=True
             ):
-                expiry = _expiry(receipt, event.skew)
+                expiry = _expiry(receipt, event, store_clock)
                 hold = Hold(event, event.queue, message_id, receipt, count, event.end, expiry,
                             claimed=expiry - event.visibility)  # fmt: skip
                 holds[receipt] = hold
                 by_id[event.queue, message_id].append(hold)
     excused = set(moved)
-    _check_receipts(events, holds, verdict)
+    _check_receipts(events, holds, store_clock, verdict)
     _check_holders(by_id, tolerance, excused, verdict)
     acked = _check_acks(events, by_id, drained, excused, verdict)
     _check_loss(events, acked, drained, verdict)
@@ -220,8 +227,11 @@ def judge(
     return verdict
 
 
-def _check_receipts(events: list[Event], holds: dict[str, Hold], verdict: Verdict) -> None:
-    """At most one successful settle per receipt; follow extends to their new receipts."""
+def _check_receipts(
+    events: list[Event], holds: dict[str, Hold], store_clock: bool, verdict: Verdict
+) -> None:
+    """At most one successful settle per receipt; follow extends to their new
+    receipts (``store_clock``: as in :func:`judge`)."""
     won: dict[str, Event] = {}
     for event in sorted(events, key=lambda e: e.end):
         if event.op not in ("delete", "extend", "release") or event.receipt is None:
@@ -245,7 +255,7 @@ def _check_receipts(events: list[Event], holds: dict[str, Hold], verdict: Verdic
         if event.op == "extend":
             for receipt in event.receipts:
                 holds[receipt] = hold
-                hold.end = _expiry(receipt, event.skew)
+                hold.end = _expiry(receipt, event, store_clock)
         elif event.op == "release":
             hold.end = event.start  # visible again after its delay; at the earliest now
         else:

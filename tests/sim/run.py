@@ -31,6 +31,8 @@ from .scheduler import Faults, Scheduler
 from .workload import Event
 
 SKEW = 0.02  # clients' clocks are within ±SKEW s of the bucket's
+#: How far a client's measure of the bucket's clock may be off: a Date names a second.
+DATE_ERROR = 1.0
 
 
 @dataclass
@@ -196,12 +198,18 @@ def _run(plan: Plan) -> Report:
         aliases.get(i, i) for k in bucket.written if f"/{queue}/" in k
         for i in [k.rpartition("/")[2][: names.ID_LEN]]
     } for queue in ("dlq", "src"))  # fmt: skip
+    store_clock = plan.stamps != "none"
+    step = plan.faults.step_by if plan.faults.step else 0.0
     verdict = judge(
         history.events,
         drained,
         leftovers,
         errors,
-        tolerance=2 * (plan.skew + (plan.faults.step_by if plan.faults.step else 0)) + 0.002,
+        # Names on the bucket's clock where it tells its time (each client's
+        # measure of it is off by at most the second a Date names), else on
+        # the writers' clocks (off by their skew); steps come on top.
+        tolerance=2 * ((DATE_ERROR if store_clock else plan.skew) + step) + 0.002,
+        store_clock=store_clock,
         moved=in_dlq & in_src,
         aliases=aliases,
         max_receives=config.get("max_receives"),

@@ -132,6 +132,9 @@ class Scheduler:
         self.steps = 0
         #: Seconds each process's wall clock was stepped by (to its skew).
         self.stepped: dict[str, float] = {}
+        #: How far each actor's wall clock was off the bucket's when it last
+        #: measured its offset to the bucket's clock (``SimObjects.store_date``).
+        self.measured: dict[str, float] = {}
         #: The faults vsqs saw, by actor: (actor, the bucket's time, kind), kind
         #: "crash", "clock_step" (of its process), "read_error", "record_error"
         #: or the name of the error a request raised after its client's
@@ -159,6 +162,11 @@ class Scheduler:
     def offset(self, actor: Actor) -> float:
         """How far ``actor``'s wall clock is off the bucket's now."""
         return actor.skew + self.stepped.get(actor.process, 0.0)
+
+    def measured_offset(self, actor: Actor) -> float:
+        """How far ``actor``'s wall clock was off when it last measured the
+        bucket's clock (its skew, before its first measure)."""
+        return self.measured.get(actor.name, actor.skew)
 
     # ------------------------------------------------------------ actors
     def actor(

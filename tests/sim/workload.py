@@ -53,6 +53,8 @@ class Event:
     receipts: list[str] = field(default_factory=list)  # receipts it returned
     counts: list[int] = field(default_factory=list)
     skew: float = 0.0
+    #: How far its wall clock was off at its last measure of the bucket's clock.
+    measured: float = 0.0
     #: Seconds of visibility a receive, an extend or a release asked for.
     visibility: float = 0.0
     #: A ``delete_batch``'s receipts, and what its ``DeleteResult`` said of
@@ -79,6 +81,8 @@ class History:
         except vsqs.VsqsError as exc:
             event.end, event.error = scheduler.now, type(exc).__name__
             return None
+        finally:  # a first measure is made by the operation itself
+            event.measured = scheduler.measured_offset(current) if current else 0.0
         event.end, event.ok = scheduler.now, True
         return result
 
