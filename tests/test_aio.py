@@ -303,6 +303,15 @@ def test_a_dead_letter_says_where_it_came_from_and_redrive_takes_force(tmp_path:
     asyncio.run(main())
 
 
+async def close_under_a_long_poll(q: vsqs.aio.Queue, waiting: threading.Event) -> None:
+    """Close ``q`` while a long poll of an hour waits (``waiting`` is set once
+    it does): the poll ends at once, with nothing."""
+    polling = asyncio.create_task(q.receive(wait=3600))
+    assert await asyncio.to_thread(waiting.wait, 60)
+    await asyncio.wait_for(q.close(), 60)
+    assert await asyncio.wait_for(polling, 60) is None
+
+
 def test_a_closed_queue_raises_queue_closed_and_ends_its_long_polls_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -325,10 +334,7 @@ def test_a_closed_queue_raises_queue_closed_and_ends_its_long_polls_at_once(
         assert first is not None
         await first.delete()
         store.wait_for_change = wait_for_change  # type: ignore[method-assign]
-        polling = asyncio.create_task(q.receive(wait=3600))
-        assert await asyncio.to_thread(waiting.wait, 60)
-        await asyncio.wait_for(q.close(), 60)
-        assert await asyncio.wait_for(polling, 60) is None
+        await close_under_a_long_poll(q, waiting)
         calls = {  # coroutines: each raises when awaited
             "send": q.send(b"x"),
             "send_batch": q.send_batch([b"x"]),
@@ -368,9 +374,6 @@ def test_closing_the_facade_ends_a_long_poll_on_a_polled_store_at_once(
         q = vsqs.aio.Queue(store, max_poll_interval=3600)
         await q.open()
         store.pause = pause  # type: ignore[method-assign]
-        polling = asyncio.create_task(q.receive(wait=3600))
-        assert await asyncio.to_thread(waiting.wait, 60)
-        await asyncio.wait_for(q.close(), 60)
-        assert await asyncio.wait_for(polling, 60) is None
+        await close_under_a_long_poll(q, waiting)
 
     asyncio.run(main())
