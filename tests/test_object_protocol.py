@@ -306,7 +306,9 @@ def test_a_receive_on_gcs_lists_one_page_of_its_own_queue(
     store = open_store(url, proxied(gcs_server, gcs_proxy))
     assert isinstance(store, ObjectStore)
     store.io.create("sub/1700000000000-0000-0123456789abcdef", b"nested")
-    with vsqs.Queue(store, clock=FakeClock(time.time() + 1)) as q:  # no young names
+    clock = FakeClock(time.time() + 1)  # no young names
+    store.offset_ms(clock)  # its one-name listing of the store's clock, made once
+    with vsqs.Queue(store, clock=clock) as q:
         gcs_proxy.arm(None)
         store.io.requests.clear()
         msg = q.receive()
