@@ -6,17 +6,16 @@ import pytest
 
 from vsqs.testing import FakeClock
 
-from ._cli import kill_leftovers
-from ._spark_cluster import spark_cluster
-from ._spark_session import spark  # noqa: F401 - one SparkSession for every Spark test
-from .backends import Backend
-from .servers import ceph_server, gcs_proxy, gcs_server, memory_server, s3_proxy, s3_server
+from .support.backends import Backend
+from .support.cli import kill_leftovers
+from .support.servers import ceph_server, gcs_proxy, gcs_server, memory_server, s3_proxy, s3_server
+from .support.spark_cluster import spark_cluster
+from .support.spark_session import spark  # noqa: F401 - one SparkSession for every Spark test
 
 #: ``pytester`` runs the shipped conformance suites on a third-party store.
 pytest_plugins = ["pytester"]
 
 __all__ = [
-    "FakeClock",
     "ceph_server",
     "clock",
     "gcs_proxy",

@@ -16,8 +16,8 @@ import vsqs
 from vsqs import _names as names
 from vsqs._cli_load import pump_body
 
-from ._cli import VSQS, json_lines, ok, run, said
-from .servers import Server
+from .support.cli import VSQS, json_lines, ok, run, said
+from .support.servers import Server
 
 
 # ----------------------------------------------------------------- messages

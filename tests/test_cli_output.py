@@ -18,7 +18,7 @@ import pytest
 
 import vsqs
 
-from ._cli import finish, json_lines, ok, run, said, start
+from .support.cli import finish, json_lines, ok, run, said, start
 
 
 def visible(url: str) -> list[vsqs.Message]:

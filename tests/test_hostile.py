@@ -61,8 +61,7 @@ from hypothesis import strategies as st
 
 import vsqs
 from vsqs import _names as names
-
-from .conftest import FakeClock
+from vsqs.testing import FakeClock
 
 SECRET = b"SECRET: never in a message body"
 TIB = 1 << 40

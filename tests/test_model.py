@@ -33,9 +33,9 @@ from hypothesis.stateful import (
 import vsqs
 from vsqs import _names as names
 from vsqs._registry import open_store
+from vsqs.testing import FakeClock
 
-from .conftest import FakeClock
-from .servers import Server
+from .support.servers import Server
 
 DURATIONS = st.sampled_from([0, 0.001, 0.25, 1, 2.5, 30])
 JUMPS = st.sampled_from([0.0005, 0.001, 0.2, 1, 2.5, 31])

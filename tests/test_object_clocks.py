@@ -26,14 +26,14 @@ from vsqs import _names as names
 from vsqs import _store_object
 from vsqs._store_clock import CLOCK_BOUND, RETRY, WINDOW, StoreClock, StoreOffset, store_offset
 from vsqs._store_object import FINISH_AFTER, ObjectIO, ObjectStore
+from vsqs.testing import FakeClock
 
-from .backends import params, select
-from .conftest import FakeClock
-from .servers import Server
-from .test_clock_skew import VT_MS, TrueTime
-from .test_crashes import Crash
-from .test_object_faults import FaultyIO, Interleave
-from .test_object_protocol import die, object_store, on, raw_names
+from .support.backends import params, select
+from .support.clocks import VT_MS, TrueTime
+from .support.crashes import Crash
+from .support.faulty_io import FaultyIO, Interleave, die, on
+from .support.object_stores import object_store, raw_names
+from .support.servers import Server
 
 AHEAD = FINISH_AFTER + 2  # a lister this far ahead took every young marker for an old one
 

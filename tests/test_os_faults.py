@@ -30,9 +30,9 @@ import pytest
 
 import vsqs
 from vsqs import _store_local
+from vsqs.testing import FakeClock
 
-from .conftest import FakeClock
-from .test_crashes import BODY, SCENARIOS, Expect, open_pair, recover_and_check
+from .support.crashes import BODY, SCENARIOS, Expect, open_pair, recover_and_check
 
 #: The ``os`` functions ``LocalStore`` may call on storage.
 SYSCALLS = {

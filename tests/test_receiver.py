@@ -13,9 +13,9 @@ from vsqs import _names as names
 from vsqs import _receiver
 from vsqs._publish import Publisher
 from vsqs._receiver import IDLE_AFTER, POLL_INTERVAL, STALE_AFTER, Receiver, skip_bound
+from vsqs.testing import FakeClock
 
-from .conftest import FakeClock
-from .servers import Server
+from .support.servers import Server
 
 VT_MS = 30_000
 

@@ -2,7 +2,7 @@
 
 ``tests/test_object_faults.py`` injects faults above the HTTP client. Here the
 crashing client of each scenario of ``tests/test_crashes.py`` is a real
-s3fs -> aiobotocore -> aiohttp stack pointed at :class:`~tests._fault_proxy.FaultProxy`,
+s3fs -> aiobotocore -> aiohttp stack pointed at :class:`~tests.support.fault_proxy.FaultProxy`,
 a forwarding proxy in front of the moto server; its healthy peer and the
 recovery talk to moto directly. Per run the proxy answers the k-th request
 with a 500 ``InternalError``, a 503 ``SlowDown``, a TCP reset, a reset *after*
@@ -74,11 +74,11 @@ from vsqs import _names as names
 from vsqs import _store_object
 from vsqs._registry import open_store
 from vsqs._store_object import ObjectStore
+from vsqs.testing import FakeClock
 
-from ._fault_proxy import Exchange, FaultProxy
-from .conftest import FakeClock
-from .servers import Server
-from .test_crashes import BODY, SCENARIOS, Expect, open_pair, recover_and_check
+from .support.crashes import BODY, SCENARIOS, Expect, open_pair, recover_and_check
+from .support.fault_proxy import Exchange, FaultProxy
+from .support.servers import Server
 
 #: botocore attempts per call (the first one included); s3fs attempts of each call.
 ATTEMPTS = 2

@@ -45,7 +45,7 @@ from vsqs import _names as names
 from vsqs import _store_object
 from vsqs._store_object import ObjectStore
 
-from .._workers import open_queue
+from ..support.workers import open_queue
 from . import workers
 
 #: Fork children from a server that imported everything once: a restart takes

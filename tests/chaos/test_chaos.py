@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ..servers import Server
+from ..support.servers import Server
 from .harness import ChaosConfig, Report, run_chaos
 
 pytestmark = pytest.mark.slow

@@ -32,7 +32,7 @@ class Backend:
     #: The store: ``"local"`` (LocalStore), ``"memory"`` (MemoryStore) or
     #: ``"object"`` (ObjectStore, through an fsspec URL).
     kind: str
-    #: The session fixture (``tests/servers.py``) that serves it.
+    #: The session fixture (``tests/support/servers.py``) that serves it.
     server: str | None = None
     #: Its sends can survive a power cut (``Store.durable``).
     durable: bool = False
