@@ -224,7 +224,7 @@ def test_sink_fails_on_messages_out_of_order(tmp_path: Path) -> None:
     assert error == "vsqs: error: sink found duplicates or messages out of order"
 
 
-@pytest.mark.slow
+@pytest.mark.processes  # a producer and two consumer processes
 def test_demo_runs_and_checks_itself(tmp_path: Path) -> None:
     report = said("demo", "-n", "400", "-c", "2", "--dir", str(tmp_path))
     assert "400 sent, 400 acked by 2 consumers" in report

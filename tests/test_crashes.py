@@ -45,6 +45,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[vs
         place.close()
 
 
+@pytest.mark.sweep  # a run per storage call
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=str)
 def test_a_crash_before_any_storage_call_loses_nothing(
     backend: tuple[vsqs.Store, bool], scenario: str

@@ -81,6 +81,7 @@ def run_with_fault(
     return store, faulty, clock, expect, error
 
 
+@pytest.mark.sweep  # a run per request
 @pytest.mark.parametrize("mode", ["crash", "retried", "lost"])
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=str)
 def test_a_fault_at_any_request_loses_nothing(server: Server, scenario: str, mode: str) -> None:

@@ -59,7 +59,7 @@ class TestMemoryURL(ObjectStoreTests):
 
 
 # ------------------------------------------------------------------ races
-@pytest.mark.slow
+@pytest.mark.processes
 @pytest.mark.timeout(900)  # a safety net: run_race fails a stall itself
 def test_eight_racing_consumer_processes_on_s3(tmp_path: Path, s3_server: Server) -> None:
     """Each message claimed by one consumer at a time, acked exactly once, none lost."""

@@ -185,7 +185,7 @@ def run_faulted(
     return store, clock, expect
 
 
-@pytest.mark.slow  # a run per system call: minutes in all
+@pytest.mark.sweep  # a run per system call: minutes in all
 @pytest.mark.parametrize("err", ["ENOSPC", "EACCES", "ENOENT"])  # EIO: as ENOSPC, no short write
 @pytest.mark.parametrize("durable", [True, False], ids=["durable", "not-durable"])
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=str)

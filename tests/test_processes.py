@@ -40,7 +40,7 @@ from .support import workers
 from .support.races import check_race, ctx, queue_files, read_sent, run_race, running
 from .support.waiting import wait_until
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 
 
 def kill9(proc: Any) -> None:

@@ -285,6 +285,7 @@ def test_every_scenario_has_a_request_at_each_call_site(dry_runs: dict[str, Run]
     assert len(call_sites(dry_runs, per_scenario=False)) >= 20
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("fault", ["500", "503", "reset"])
 def test_one_server_error_or_reset_at_any_call_site_is_retried_and_the_operation_completes(
     rig: Rig, dry_runs: dict[str, Run], fault: str
@@ -312,6 +313,7 @@ def is_create(exchange: Exchange) -> bool:
     return exchange.method == "PUT" and exchange.condition == "If-None-Match: *"
 
 
+@pytest.mark.sweep
 def test_a_lost_response_at_any_call_site_is_resolved_and_loses_nothing(
     rig: Rig, dry_runs: dict[str, Run]
 ) -> None:
@@ -370,6 +372,7 @@ def test_throttling_of_the_bucket_check_is_a_storage_error_not_a_missing_queue(
         assert isinstance(run.error, vsqs.StorageError), f"{run}: {run.error!r}"
 
 
+@pytest.mark.sweep
 def test_a_dead_connection_at_any_call_site_ends_in_a_storage_error(
     rig: Rig, dry_runs: dict[str, Run]
 ) -> None:

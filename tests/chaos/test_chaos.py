@@ -15,7 +15,7 @@ import pytest
 from ..support.servers import Server
 from .harness import ChaosConfig, Report, run_chaos
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 
 
 def assert_clean(report: Report, min_kills: int) -> None:
