@@ -32,7 +32,7 @@ from vsqs._registry import open_store
 from vsqs._store_object import ObjectIO, ObjectStore
 from vsqs.testing import FakeClock
 
-from .support.backends import params, select
+from .support.backends import Backend, params, select, sweep_cases
 from .support.crashes import SCENARIOS, Crash, Expect, open_pair, recover_and_check
 from .support.fault_proxy import FaultProxy, Quirk
 from .support.faulty_io import FaultyIO
@@ -82,9 +82,14 @@ def run_with_fault(
 
 
 @pytest.mark.sweep  # a run per request
-@pytest.mark.parametrize("mode", ["crash", "retried", "lost"])
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=str)
-def test_a_fault_at_any_request_loses_nothing(server: Server, scenario: str, mode: str) -> None:
+@pytest.mark.parametrize(
+    ("backend", "scenario", "mode"),
+    sweep_cases(select(object_store=True, sweeps=True), SCENARIOS, ["crash", "retried", "lost"]),
+)
+def test_a_fault_at_any_request_loses_nothing(
+    request: pytest.FixtureRequest, backend: Backend, scenario: str, mode: str
+) -> None:
+    server: Server = request.getfixturevalue(backend.server or "")
     run = SCENARIOS[scenario]
     store, faulty, clock, expect, error = run_with_fault(server, run, mode, None)
     assert error is None
