@@ -240,7 +240,7 @@ TestLocalQueue.settings = SETTINGS
 
 @pytest.mark.parametrize(
     ("server_fixture", "examples"),
-    [("memory_server", 150), ("s3_server", 25), ("ceph_server", 10), ("gcs_server", 60)],
+    [("memory_server", 150), ("s3_server", 10), ("ceph_server", 10), ("gcs_server", 60)],
 )
 def test_object_store_queue_matches_the_model(
     request: pytest.FixtureRequest, server_fixture: str, examples: int
