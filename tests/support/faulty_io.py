@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import suppress
 from typing import Any
 
-from vsqs._store_object import ObjectIO
+from vsqs.stores._object import ObjectIO
 
 from .crashes import Crash
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from vsqs._registry import open_store
-from vsqs._store_object import ObjectStore
+from vsqs.stores._object import ObjectStore
+from vsqs.stores._registry import open_store
 
 from .servers import Server
 
