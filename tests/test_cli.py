@@ -341,6 +341,7 @@ def test_errors_exit_1_with_one_line_and_a_traceback_only_with_v(
     assert not (tmp_path / "q" / "missing").exists()
 
 
+@pytest.mark.slow  # 3000 sends drawn on a terminal
 def test_a_progress_bar_is_drawn_when_only_stderr_is_a_terminal(tmp_path: Path) -> None:
     """``vsqs send q --file x > ids.txt`` showed no bar: stdout was not a terminal."""
     import fcntl

@@ -234,13 +234,18 @@ class LocalQueueMachine(QueueMachine):
 SETTINGS = settings(max_examples=150, stateful_step_count=40, deadline=None)
 TestMemoryQueue = MemoryQueueMachine.TestCase
 TestMemoryQueue.settings = SETTINGS
-TestLocalQueue = LocalQueueMachine.TestCase
+TestLocalQueue = pytest.mark.slow(LocalQueueMachine.TestCase)  # 150 runs on real directories
 TestLocalQueue.settings = SETTINGS
 
 
 @pytest.mark.parametrize(
     ("server_fixture", "examples"),
-    [("memory_server", 150), ("s3_server", 10), ("ceph_server", 10), ("gcs_server", 60)],
+    [
+        pytest.param("memory_server", 150, marks=pytest.mark.slow),  # in process, 150 runs
+        ("s3_server", 10),
+        ("ceph_server", 10),
+        ("gcs_server", 60),
+    ],
 )
 def test_object_store_queue_matches_the_model(
     request: pytest.FixtureRequest, server_fixture: str, examples: int
