@@ -59,17 +59,22 @@ def named(item: pytest.Item) -> set[str]:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """``servers`` and ``spark`` by what a test names (``named``); ``slow``
     for every cost marker, set here or by the test; ``xdist_group("spark")``:
-    whatever needs a JVM."""
+    whatever needs Spark, so one worker starts it. Then the modules with a
+    slow test run first (each module's tests stay together): a long test
+    left for the end of a run keeps one worker busy while the other has
+    nothing left to do."""
     for item in items:
         uses = named(item)
         if SERVERS & uses:
             item.add_marker(pytest.mark.servers)
         if JVM & uses:
             item.add_marker(pytest.mark.spark)
-        if JVM & set(getattr(item, "fixturenames", ())):
+        if item.get_closest_marker("spark"):
             item.add_marker(pytest.mark.xdist_group("spark"))
         if any(item.get_closest_marker(cost) for cost in COSTS):
             item.add_marker(pytest.mark.slow)
+    long_modules = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in long_modules)
 
 
 class CostGuard:
