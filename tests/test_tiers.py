@@ -7,6 +7,7 @@ written here."""
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -93,3 +94,26 @@ def test_a_test_that_starts_a_server_without_its_marker_fails_before_it_starts(
     assert "test_a_server_looked_up_unmarked starts s3_server but is not marked servers" in (
         done.stdout
     )
+
+
+def test_no_test_module_imports_another() -> None:
+    """Shared helpers live in tests/support/: a test module (or conftest.py)
+    imported from another module of tests/ would run or read its tests too."""
+    tests = CHECKOUT / "tests"
+    found = []
+    for path in tests.rglob("*.py"):
+        package = path.relative_to(CHECKOUT).parent.parts
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = list(package[: len(package) - node.level + 1]) if node.level else []
+                modules = [".".join([*base, node.module or ""]).strip(".")]
+                modules += [f"{modules[0]}.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            else:
+                continue
+            for module in modules:
+                last = module.rpartition(".")[2]
+                if module.startswith("tests") and (last.startswith("test_") or last == "conftest"):
+                    found.append(f"{path.relative_to(CHECKOUT)}:{node.lineno} imports {module}")
+    assert not found, "\n".join(found)
