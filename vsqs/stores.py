@@ -17,6 +17,7 @@ A store is one queue's flat namespace (:class:`Store`). To add a backend:
 
   where ``open_store(url, storage_options)`` returns a :class:`Store`.
 
+A store's ``read_limited`` refuses an object over the limit with :class:`TooLarge`.
 A ``Store`` object also works without a scheme: ``vsqs.Queue(store)``.
 See ``docs/stores.md``.
 """
@@ -24,7 +25,7 @@ See ``docs/stores.md``.
 from __future__ import annotations
 
 from ._registry import ENTRY_POINT_GROUP, Opener, register_scheme, unregister_scheme
-from ._store import OutcomeUnknown, Store
+from ._store import OutcomeUnknown, Store, TooLarge
 from ._store_fsspec import FsspecObjects
 from ._store_local import LocalStore
 from ._store_memory import MemoryStore
@@ -40,6 +41,7 @@ __all__ = [
     "Opener",
     "OutcomeUnknown",
     "Store",
+    "TooLarge",
     "register_scheme",
     "unregister_scheme",
 ]
