@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -109,3 +110,23 @@ def test_every_test_the_docs_cite_exists() -> None:
                 missing.append(f"{doc.name}: {where}::{name}" if where else f"{doc.name}: {name}")
     assert not missing, "cited tests that do not exist:\n" + "\n".join(missing)
     assert cited > 200, f"only {cited} tests cited: is the promise matrix still in docs/?"
+
+
+def test_the_shell_guide_uses_only_commands_and_options_that_exist() -> None:
+    """docs/shell.md shows commands without their output (cli.md's sessions
+    show that): each of its subcommands and options is in ``--help``."""
+    commands = re.findall(r"`(vsqs [^`]+)`", (DOCS / "shell.md").read_text())
+    helps: dict[str, str] = {}
+    unknown = []
+    for command in commands:
+        argv = shlex.split(command)
+        if argv[1] not in helps:
+            shown = subprocess.run(
+                [sys.executable, "-m", "vsqs", argv[1], "--help"], capture_output=True, text=True
+            )
+            assert shown.returncode == 0, f"{command}: {shown.stderr}"
+            helps[argv[1]] = shown.stdout
+        options = [a.split("=", 1)[0] for a in argv[2:] if a.startswith("-")]
+        unknown += [f"{command}: {o}" for o in options if not re.search(rf"{o}\b", helps[argv[1]])]
+    assert not unknown, "options that --help does not show:\n" + "\n".join(unknown)
+    assert len(commands) > 15, f"only {len(commands)} commands: is docs/shell.md still a table?"
