@@ -122,7 +122,7 @@ def raw_send_batch(path: Path, count: int, batch: int) -> float:
     """The ceiling of a durable batch on this disk: the same syscalls as
     ``send_batch`` (create + write each ``.new``, one ``syncfs``, rename each,
     one directory fsync) with no Python around them."""
-    syncfs = vsqs._store_local._syncfs
+    syncfs = vsqs.stores._local._syncfs
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         start = time.perf_counter()

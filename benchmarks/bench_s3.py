@@ -48,7 +48,7 @@ from typing import Any
 
 import vsqs
 from vsqs._fanout import IN_FLIGHT, POOL_THREADS
-from vsqs._store_object import ObjectStore
+from vsqs.stores._object import ObjectStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests._ceph_rgw import ceph_available, ceph_rgw

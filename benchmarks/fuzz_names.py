@@ -4,7 +4,7 @@ What it tries to break: every function that turns untrusted text into a name
 or a path, without doing I/O:
 
 * ``vsqs._names.parse``, ``parse_receipt``, ``is_receipt``, ``validate_queue_name``;
-* ``vsqs._registry._check_components`` and ``_url_path`` (object-store URLs are
+* ``vsqs.stores._registry._check_components`` and ``_url_path`` (object-store URLs are
   checked before any filesystem object is made), ``_location_text``, and
   ``open_store`` on local paths and ``file://`` URLs (it only builds a
   ``LocalStore``; object-store URLs are not passed to it, since fsspec may
@@ -50,9 +50,9 @@ from tests.test_names import rebuilt
 
 with atheris.instrument_imports():
     from vsqs import _names as names
-    from vsqs import _registry as registry
     from vsqs._errors import VsqsError
-    from vsqs._store_local import LocalStore
+    from vsqs.stores import _registry as registry
+    from vsqs.stores._local import LocalStore
 
 TOKENS = [
     "0",

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import pytest
 
 import vsqs
-from vsqs._registry import open_store
+from vsqs.stores._registry import open_store
 
 from .servers import Server
 

@@ -15,7 +15,7 @@ import pytest
 import vsqs
 import vsqs.aio
 from vsqs import _receiver as receiver
-from vsqs._registry import open_store
+from vsqs.stores._registry import open_store
 from vsqs.testing import FakeClock
 
 

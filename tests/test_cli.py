@@ -14,7 +14,7 @@ import pytest
 
 import vsqs
 from vsqs import _names as names
-from vsqs._cli_load import pump_body
+from vsqs.cli._load import pump_body
 
 from ._cli import VSQS, json_lines, ok, run, said
 from .servers import Server

@@ -213,8 +213,8 @@ def test_a_signal_while_send_file_reads_keeps_every_line_read() -> None:
     """A signal that came just after a read was acted on before the lines
     read were kept: 50 lines read, 0 sent. Now only the wait for input is
     interruptible; the signal is acted on at the next wait."""
-    from vsqs._cli_interrupt import Interrupted, handling
-    from vsqs._cli_lines import LineBatches
+    from vsqs.cli._interrupt import Interrupted, handling
+    from vsqs.cli._lines import LineBatches
 
     read, write = os.pipe()
     os.write(write, b"a\nb\nc")
@@ -240,7 +240,7 @@ def test_a_signal_a_command_got_is_not_the_next_commands() -> None:
     import os
     import signal
 
-    from vsqs import _cli_interrupt
+    from vsqs.cli import _interrupt as _cli_interrupt
 
     with _cli_interrupt.handling():
         os.kill(os.getpid(), signal.SIGTERM)

@@ -27,11 +27,11 @@ import s3fs
 
 import vsqs
 from vsqs import _names as names
-from vsqs import _store_object
 from vsqs._dead_letter import MOVE_HOLD
 from vsqs._place import same_place
-from vsqs._registry import open_store
-from vsqs._store_object import ObjectStore
+from vsqs.stores import _object as _store_object
+from vsqs.stores._object import ObjectStore
+from vsqs.stores._registry import open_store
 
 from .conftest import FakeClock
 from .servers import Server

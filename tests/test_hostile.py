@@ -438,7 +438,7 @@ def test_any_dead_letter_setting_is_refused_or_used_without_leaving_the_sandbox(
 
 
 def test_a_location_with_surrogates_or_an_empty_file_url_is_refused(sandbox: Sandbox) -> None:
-    """Regression (fixed in vsqs/_registry.py): ``file://`` opened the working
+    """Regression (fixed in vsqs/stores/_registry.py): ``file://`` opened the working
     directory as a queue, and a lone surrogate raised ``UnicodeEncodeError``."""
     for location in ["file://", "file://  ", "\ud800/q", "file://\ud800/q", "memory://\ud800/q"]:
         for call in (vsqs.Queue, vsqs.list_queues):
@@ -451,7 +451,7 @@ def test_a_location_with_surrogates_or_an_empty_file_url_is_refused(sandbox: San
     "url", ["file::memory://a/q", "memory::memory://a/q", "memory::file:///q", "memory://a/q?x=1"]
 )
 def test_a_url_that_resolves_elsewhere_than_it_names_is_refused(sandbox: Sandbox, url: str) -> None:
-    """Regression (fixed in vsqs/_registry.py): ``file::memory://a/q`` made a
+    """Regression (fixed in vsqs/stores/_registry.py): ``file::memory://a/q`` made a
     queue of the working directory through fsspec's local filesystem, and a
     query string became part of the queue's key prefix unchecked."""
     for call in (vsqs.Queue, vsqs.list_queues):

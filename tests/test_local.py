@@ -246,7 +246,7 @@ def test_a_forked_child_watches_with_its_own_feed(tmp_path: Path) -> None:
 
 def test_dropped_feeds_free_their_inotify_instances(tmp_path: Path) -> None:
     """More feeds than the per-user limit, each dropped without ``close()``."""
-    from vsqs._inotify import open_feed
+    from vsqs.stores._inotify import open_feed
 
     limit = int(Path("/proc/sys/fs/inotify/max_user_instances").read_text())
     dir_fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)

@@ -32,7 +32,7 @@ from hypothesis.stateful import (
 
 import vsqs
 from vsqs import _names as names
-from vsqs._registry import open_store
+from vsqs.stores._registry import open_store
 
 from .conftest import FakeClock
 from .servers import Server

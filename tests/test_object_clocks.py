@@ -2,7 +2,7 @@
 "Whose clock decides expiry").
 
 Ages of objects are judged on the store's clock, from what listings show
-(``vsqs._store_clock.StoreClock``), never on a host's wall clock; durations
+(``vsqs.stores._clock.StoreClock``), never on a host's wall clock; durations
 of requests on a steady clock. Each test puts a host's clock where the old
 rule went wrong: a lister ahead of the store by more than ``FINISH_AFTER``,
 a clock stepped back while a request stalls, a store that lists no times,
@@ -23,9 +23,9 @@ import pytest
 
 import vsqs
 from vsqs import _names as names
-from vsqs import _store_object
-from vsqs._store_clock import CLOCK_BOUND, RETRY, WINDOW, StoreClock, StoreOffset, store_offset
-from vsqs._store_object import FINISH_AFTER, ObjectIO, ObjectStore
+from vsqs.stores import _object as _store_object
+from vsqs.stores._clock import CLOCK_BOUND, RETRY, WINDOW, StoreClock, StoreOffset, store_offset
+from vsqs.stores._object import FINISH_AFTER, ObjectIO, ObjectStore
 
 from .backends import params, select
 from .conftest import FakeClock

@@ -28,9 +28,9 @@ import pytest
 
 import vsqs
 from vsqs import _names as names
-from vsqs import _store_object
-from vsqs._registry import open_store
-from vsqs._store_object import ObjectIO, ObjectStore
+from vsqs.stores import _object as _store_object
+from vsqs.stores._object import ObjectIO, ObjectStore
+from vsqs.stores._registry import open_store
 
 from ._fault_proxy import FaultProxy, Quirk
 from .backends import params, select

@@ -26,11 +26,11 @@ import pytest
 
 import vsqs
 from vsqs import _names as names
-from vsqs import _store_object
 from vsqs._inspect import RESTAMP_AFTER
 from vsqs._publish import commit, stage, unstage
-from vsqs._registry import open_store
-from vsqs._store_object import BATCH, MOVED_SUFFIX, ObjectIO, ObjectStore
+from vsqs.stores import _object as _store_object
+from vsqs.stores._object import BATCH, MOVED_SUFFIX, ObjectIO, ObjectStore
+from vsqs.stores._registry import open_store
 
 from ._fault_proxy import FaultProxy, Quirk
 from .conftest import FakeClock

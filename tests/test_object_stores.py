@@ -8,8 +8,8 @@ import pytest
 
 import vsqs
 from vsqs import _names as names
-from vsqs._registry import open_store
-from vsqs._store_object import ObjectStore
+from vsqs.stores._object import ObjectStore
+from vsqs.stores._registry import open_store
 from vsqs.testing import QueueTests, StoreTests
 
 from . import _workers

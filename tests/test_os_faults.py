@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 import vsqs
-from vsqs import _store_local
+from vsqs.stores import _local as _store_local
 
 from .conftest import FakeClock
 from .test_crashes import BODY, SCENARIOS, Expect, open_pair, recover_and_check
@@ -70,7 +70,7 @@ class Injector:
 
 
 class FaultyOS:
-    """Stands in for the ``os`` module inside ``vsqs._store_local``."""
+    """Stands in for the ``os`` module inside ``vsqs.stores._local``."""
 
     def __init__(self, injector: Injector) -> None:
         self._injector = injector

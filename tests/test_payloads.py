@@ -49,7 +49,7 @@ import pytest
 import vsqs
 from vsqs import _names as names
 from vsqs._message import Body
-from vsqs._store_local import _READ_CHUNK, _read_whole
+from vsqs.stores._local import _READ_CHUNK, _read_whole
 
 from .backends import select, send_modes
 from .conftest import FakeClock

@@ -44,9 +44,9 @@ from vsqs._errors import storage_errors
 from vsqs._inspect import Entry
 from vsqs._names import ORIGIN_SUFFIX, Records
 from vsqs._receiver import Receiver
-from vsqs._store import Store
-from vsqs._store_clock import Measure, StoreClock, StoreOffset
-from vsqs._store_object import ObjectStore
+from vsqs.stores._base import Store
+from vsqs.stores._clock import Measure, StoreClock, StoreOffset
+from vsqs.stores._object import ObjectStore
 
 from .sim import workload
 from .sim.run import Plan, Report, run

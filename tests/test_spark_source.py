@@ -25,8 +25,9 @@ import pytest
 
 import vsqs
 from vsqs import _names as names
-from vsqs import _publish, _store_object
-from vsqs._store_object import ObjectStore
+from vsqs import _publish
+from vsqs.stores import _object as _store_object
+from vsqs.stores._object import ObjectStore
 
 pyspark = pytest.importorskip("pyspark", reason="the spark extra is part of .[test]")
 

@@ -31,10 +31,10 @@ from ._errors import (
 from ._message import DeadLettered, DeleteResult, Message, QueueStats
 from ._names import FORMAT_VERSION
 from ._queue import Queue
-from ._registry import list_queues
-from ._store import Store
-from ._store_local import LocalStore
-from ._store_memory import MemoryStore
+from .stores._base import Store
+from .stores._local import LocalStore
+from .stores._memory import MemoryStore
+from .stores._registry import list_queues
 
 __version__ = "0.1.0"
 

@@ -1,5 +1,5 @@
 """``python -m vsqs``: the ``vsqs`` command line."""
 
-from ._cli import run
+from .cli import run
 
 run()

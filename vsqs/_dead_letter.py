@@ -36,8 +36,8 @@ from ._inspect import message_count
 from ._message import DeadLettered, Message, Progress, read_record
 from ._place import refuse_same
 from ._publish import publish
-from ._registry import check_location, location_key
-from ._store import Store
+from .stores._base import Store
+from .stores._registry import check_location, location_key
 
 if TYPE_CHECKING:
     from ._queue import Queue
@@ -104,7 +104,7 @@ def move_in(store: Store, durable: bool, moved: names.Name, body: bytes, origin:
 
     Every move first writes its record ``origin`` under the id
     (:func:`write_origin`), then lists the id's names here
-    (:meth:`~vsqs._store.Store.names_of`) and decides:
+    (:meth:`~vsqs.stores._base.Store.names_of`) and decides:
 
     * a copy nobody received (receive count 0) is the message (an earlier
       move published it and was cut short before it removed it at its
@@ -181,7 +181,7 @@ def check_target(target: str | None, own_url: str, *, given: bool) -> None:
     which cannot be changed later. It is then also refused if it is the
     queue itself (a dead-lettering would only reset the receive count:
     ``max_receives`` would never end a message), or if no store on this host
-    could serve it, for its form alone (:func:`~vsqs._registry.check_location`:
+    could serve it, for its form alone (:func:`~vsqs.stores._registry.check_location`:
     a mistyped or web URL, an unknown scheme, a missing package). No store is
     made and no request is sent.
     """

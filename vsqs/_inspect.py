@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from . import _names as names
 from ._config import ENV_NEW_GRACE, env_seconds
 from ._message import Progress
-from ._store import Store
+from .stores._base import Store
 
 log = logging.getLogger("vsqs")
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from . import _forks
 from . import _names as names
 from ._errors import InvalidBody, StorageError, storage_errors
-from ._store import Store, TooLarge
+from .stores._base import Store, TooLarge
 
 if TYPE_CHECKING:
     from ._queue import Queue

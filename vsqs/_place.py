@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from . import _names as names
 from ._errors import InvalidArgument, StorageError, storage_errors
-from ._store import Store
+from .stores._base import Store
 
 if TYPE_CHECKING:
     from ._queue import Queue

@@ -14,7 +14,7 @@ from . import _names as names
 from ._errors import MessageTooLarge, StorageError, VsqsError, storage_errors
 from ._fanout import fan_out
 from ._inspect import RESTAMP_AFTER
-from ._store import Store
+from .stores._base import Store
 
 #: Fresh ids a send tries before it gives up.
 SEND_ATTEMPTS = 8

@@ -1,5 +1,5 @@
 """The :class:`Queue` facade: the state machine of ``docs/format.md`` over any
-:class:`~vsqs._store.Store`.
+:class:`~vsqs.stores._base.Store`.
 
 It opens the queue and checks its config, and settles receipts (delete,
 extend, release); the rest is delegated, each concern to its own module:
@@ -63,8 +63,8 @@ from ._message import (
 )
 from ._publish import Publisher, check_sizes, publish
 from ._receiver import DEFAULT_MAX_POLL_INTERVAL, Receiver
-from ._registry import open_store
-from ._store import Store, TooLarge
+from .stores._base import Store, TooLarge
+from .stores._registry import open_store
 
 log = logging.getLogger("vsqs")
 

@@ -2,7 +2,7 @@
 
 A :class:`Receiver` serves one client of one queue. Between listings it keeps
 :class:`Candidates`, its view of the queue, and claims the oldest of them by
-renaming (docs/format.md). It works on any :class:`~vsqs._store.Store` and
+renaming (docs/format.md). It works on any :class:`~vsqs.stores._base.Store` and
 needs no :class:`vsqs.Queue`.
 """
 
@@ -25,7 +25,7 @@ from . import _names as names
 from ._errors import QueueClosed, VsqsError, storage_errors
 from ._fanout import fan_out
 from ._inspect import collect_stale_new, stale_new_before
-from ._store import Outcomes, OutcomeUnknown, Store, TooLarge
+from .stores._base import Outcomes, OutcomeUnknown, Store, TooLarge
 
 log = logging.getLogger("vsqs")
 

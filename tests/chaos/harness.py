@@ -42,8 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from vsqs import _names as names
-from vsqs import _store_object
-from vsqs._store_object import ObjectStore
+from vsqs.stores import _object as _store_object
+from vsqs.stores._object import ObjectStore
 
 from .._workers import open_queue
 from . import workers

@@ -87,7 +87,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 
 from vsqs import _names as names
-from vsqs._store_object import MOVED_SUFFIX, PROBE_PREFIX
+from vsqs.stores._object import MOVED_SUFFIX, PROBE_PREFIX
 
 from .bucket import Change
 from .workload import Event

@@ -20,8 +20,8 @@ from typing import Any
 
 import vsqs
 from vsqs import _names as names
-from vsqs import _store_object
-from vsqs._store_object import ObjectStore
+from vsqs.stores import _object as _store_object
+from vsqs.stores._object import ObjectStore
 
 from . import workload
 from .bucket import Bucket

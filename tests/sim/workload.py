@@ -26,10 +26,10 @@ from typing import Any
 
 import vsqs
 from vsqs import _names as names
-from vsqs._cli_interrupt import take
-from vsqs._cli_move import move_batch
 from vsqs._inspect import RESTAMP_AFTER, collect_stale_new
 from vsqs._publish import commit, stage, staged_by, unstage
+from vsqs.cli._interrupt import take
+from vsqs.cli._move import move_batch
 
 from .scheduler import Scheduler
 

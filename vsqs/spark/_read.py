@@ -31,8 +31,8 @@ from .. import _names as names
 from .._errors import QueueNotFound
 from .._fanout import fan_out
 from .._inspect import entries
-from .._registry import open_store
-from .._store import Store
+from ..stores._base import Store
+from ..stores._registry import open_store
 from ._filters import NameFilter, values
 from ._options import Options
 

@@ -31,7 +31,7 @@ from .._inspect import collect_stale_new
 from .._message import as_bytes
 from .._publish import check_sizes, commit, stage, staged_by, unstage
 from .._queue import Queue
-from .._store import Store
+from ..stores._base import Store
 from ._options import Options
 from ._read import open_existing
 

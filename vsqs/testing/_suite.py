@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from .._store import Store
+from ..stores._base import Store
 from ._clock import FakeClock
 
 

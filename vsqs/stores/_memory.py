@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
-from . import _forks
-from ._names import validate_queue_name
-from ._store import Store
+from .. import _forks
+from .._names import validate_queue_name
+from ._base import Store
 
 
 class _Namespaces:

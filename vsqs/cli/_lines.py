@@ -8,7 +8,7 @@ from __future__ import annotations
 import select
 from typing import BinaryIO
 
-from ._cli_interrupt import interruptible
+from ._interrupt import interruptible
 
 #: Seconds without new input after which the lines read so far form a batch.
 LINGER = 0.1

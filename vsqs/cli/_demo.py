@@ -23,12 +23,12 @@ from typing import Any
 
 import click
 
-from ._cli_common import batch_option, progress_bar
-from ._cli_interrupt import children_immune, interruptible, pending
-from ._cli_report import Report, json_option
-from ._message import Message
-from ._queue import Queue
-from ._registry import mistyped_url
+from .._message import Message
+from .._queue import Queue
+from ..stores._registry import mistyped_url
+from ._common import batch_option, progress_bar
+from ._interrupt import children_immune, interruptible, pending
+from ._report import Report, json_option
 
 #: Seconds a demo consumer waits for more before it stops.
 DEMO_IDLE = 3.0

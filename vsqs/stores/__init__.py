@@ -24,12 +24,12 @@ See ``docs/stores.md``.
 
 from __future__ import annotations
 
+from ._base import OutcomeUnknown, Store, TooLarge
+from ._fsspec import FsspecObjects
+from ._local import LocalStore
+from ._memory import MemoryStore
+from ._object import ObjectIO, ObjectStore
 from ._registry import ENTRY_POINT_GROUP, Opener, register_scheme, unregister_scheme
-from ._store import OutcomeUnknown, Store, TooLarge
-from ._store_fsspec import FsspecObjects
-from ._store_local import LocalStore
-from ._store_memory import MemoryStore
-from ._store_object import ObjectIO, ObjectStore
 
 __all__ = [
     "ENTRY_POINT_GROUP",

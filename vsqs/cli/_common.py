@@ -12,9 +12,9 @@ from typing import Any, TypeVar
 import click
 from tqdm import tqdm
 
-from ._config import MAX_SECONDS
-from ._message import Progress
-from ._queue import Queue
+from .._config import MAX_SECONDS
+from .._message import Progress
+from .._queue import Queue
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -12,7 +12,13 @@ from typing import Any
 
 import click
 
-from ._cli_common import (
+from .._dead_letter import check_missing, check_redrive, move_back
+from .._errors import QueueNotFound
+from .._message import QueueStats
+from .._names import CONFIG_NAME
+from .._queue import Queue
+from ..stores._registry import list_queues
+from ._common import (
     max_option,
     open_queue,
     progress_bar,
@@ -20,14 +26,8 @@ from ._cli_common import (
     queue_options,
     storage_options,
 )
-from ._cli_interrupt import checkpoint, interruptible
-from ._cli_report import Report, json_option, out_line
-from ._dead_letter import check_missing, check_redrive, move_back
-from ._errors import QueueNotFound
-from ._message import QueueStats
-from ._names import CONFIG_NAME
-from ._queue import Queue
-from ._registry import list_queues
+from ._interrupt import checkpoint, interruptible
+from ._report import Report, json_option, out_line
 
 #: Messages ``vsqs redrive`` moves between two looks for a signal.
 REDRIVE_STEP = 50

@@ -29,9 +29,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ._errors import InvalidArgument, UnsupportedStore
-from ._store_fsspec import FsspecObjects
-from ._store_object import http_date
+from .._errors import InvalidArgument, UnsupportedStore
+from ._fsspec import FsspecObjects
+from ._object import http_date
 
 log = logging.getLogger("vsqs")
 

@@ -1,4 +1,4 @@
-"""Any fsspec filesystem as an :class:`~vsqs._store_object.ObjectIO` (``memory://`` ...).
+"""Any fsspec filesystem as an :class:`~vsqs.stores._object.ObjectIO` (``memory://`` ...).
 
 One request per call where the filesystem maps it to one: ``ls``, ``cat_file``,
 ``info``, ``pipe_file(mode="create")``, ``cp_file`` and ``rm_file``. Whether a
@@ -8,8 +8,8 @@ filesystem is not thread-safe (it checks and sets without a lock, and its
 every request to it takes one process-wide lock: a ``memory://`` queue lives
 in one process anyway.
 
-S3 and GCS have adapters of their own (:mod:`vsqs._store_s3`,
-:mod:`vsqs._store_gcs`) that keep their client libraries from sending a
+S3 and GCS have adapters of their own (:mod:`vsqs.stores._s3`,
+:mod:`vsqs.stores._gcs`) that keep their client libraries from sending a
 create twice, list page by page and delete in batches.
 """
 
@@ -20,8 +20,8 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import datetime
 from typing import Any
 
-from . import _forks
-from ._store_object import ObjectIO
+from .. import _forks
+from ._object import ObjectIO
 
 _MEMORY = _forks.lock()
 

@@ -30,9 +30,9 @@ from email.parser import BytesParser
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from ._errors import UnsupportedStore
-from ._store_fsspec import FsspecObjects
-from ._store_object import http_date
+from .._errors import UnsupportedStore
+from ._fsspec import FsspecObjects
+from ._object import http_date
 
 #: Names of one listing page (the JSON API's most).
 _PAGE = 1000

@@ -23,9 +23,9 @@ from contextlib import contextmanager, suppress
 from types import FrameType
 from typing import Any
 
-from ._errors import ReceiptExpired
-from ._message import Message
-from ._queue import Queue
+from .._errors import ReceiptExpired
+from .._message import Message
+from .._queue import Queue
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import click
 
-from ._cli_common import SECONDS, batch_option, open_queue, progress_bar, queue_options
-from ._cli_interrupt import checkpoint, interruptible, take
-from ._cli_report import Report, json_option
-from ._message import Message
+from .._message import Message
+from ._common import SECONDS, batch_option, open_queue, progress_bar, queue_options
+from ._interrupt import checkpoint, interruptible, take
+from ._report import Report, json_option
 
 PUMP_PREFIX = b"pump "
 

@@ -22,7 +22,10 @@ from typing import Any, BinaryIO
 
 import click
 
-from ._cli_common import (
+from .._errors import ReceiptExpired, VsqsError
+from .._message import Message
+from .._queue import Queue
+from ._common import (
     OWN_RECORDS,
     SECONDS,
     batch_option,
@@ -33,16 +36,13 @@ from ._cli_common import (
     queue_options,
     verbose_option,
 )
-from ._cli_demo import demo
-from ._cli_interrupt import Interrupted, handling, interruptible, pending, release, take
-from ._cli_lines import LineBatches
-from ._cli_load import pump, sink
-from ._cli_move import move
-from ._cli_ops import gc, purge, queues, redrive_command, stats
-from ._cli_report import OutputClosed, Report, current_report, json_option, out, out_line
-from ._errors import ReceiptExpired, VsqsError
-from ._message import Message
-from ._queue import Queue
+from ._demo import demo
+from ._interrupt import Interrupted, handling, interruptible, pending, release, take
+from ._lines import LineBatches
+from ._load import pump, sink
+from ._move import move
+from ._ops import gc, purge, queues, redrive_command, stats
+from ._report import OutputClosed, Report, current_report, json_option, out, out_line
 
 #: ``VSQS_LOG_LEVEL`` (DEBUG, INFO, WARNING, ERROR, CRITICAL) sets the log
 #: level when no -v is given.

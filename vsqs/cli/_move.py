@@ -16,7 +16,11 @@ from typing import Any
 
 import click
 
-from ._cli_common import (
+from .._errors import MessageTooLarge
+from .._message import DeleteResult, Message
+from .._place import refuse_same
+from .._queue import Queue
+from ._common import (
     SECONDS,
     batch_option,
     create_option,
@@ -26,12 +30,8 @@ from ._cli_common import (
     progress_shown,
     queue_options,
 )
-from ._cli_interrupt import checkpoint, release, take
-from ._cli_report import Report, json_option
-from ._errors import MessageTooLarge
-from ._message import DeleteResult, Message
-from ._place import refuse_same
-from ._queue import Queue
+from ._interrupt import checkpoint, release, take
+from ._report import Report, json_option
 
 
 @click.command(short_help="Move messages to another queue, losing none.")

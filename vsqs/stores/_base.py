@@ -15,8 +15,8 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import ClassVar, TypeVar
 
-from . import _forks
-from ._names import MsClock
+from .. import _forks
+from .._names import MsClock
 
 T = TypeVar("T")
 

@@ -57,12 +57,12 @@ from email.utils import parsedate_to_datetime
 from itertools import count
 from typing import ClassVar
 
-from . import _forks
-from . import _names as names
-from ._errors import QueueNotFound, UnsupportedStore, storage_errors
-from ._fanout import IN_FLIGHT, Outcome, fan_out
-from ._store import Outcomes, OutcomeUnknown, Store
-from ._store_clock import CLOCK_BOUND, RESOLUTION, StoreClock, StoreOffset, store_offset
+from .. import _forks
+from .. import _names as names
+from .._errors import QueueNotFound, UnsupportedStore, storage_errors
+from .._fanout import IN_FLIGHT, Outcome, fan_out
+from ._base import Outcomes, OutcomeUnknown, Store
+from ._clock import CLOCK_BOUND, RESOLUTION, StoreClock, StoreOffset, store_offset
 
 log = logging.getLogger("vsqs")
 
@@ -278,7 +278,7 @@ class ObjectStore(Store):
     ``clock`` is the host's wall clock; nothing here measures time on it.
     Durations (how long a request took) are measured on ``monotonic``
     (``time.monotonic`` unless given), and ages of objects on the store's
-    clock as :class:`~vsqs._store_clock.StoreClock` tells it from listings,
+    clock as :class:`~vsqs.stores._clock.StoreClock` tells it from listings,
     counted on ``monotonic`` if given, else on an injected ``clock`` (a
     test's clock, which it moves), else on ``time.monotonic``. A host whose
     clock is more than ``CLOCK_BOUND`` (30 s) off the store's gets
@@ -390,7 +390,7 @@ class ObjectStore(Store):
 
     def offset_ms(self, clock: Callable[[], float]) -> int:
         """Milliseconds ``clock`` is behind the store's clock, as measured (see
-        :class:`~vsqs._store_clock.StoreOffset`): a client adds them to read
+        :class:`~vsqs.stores._clock.StoreOffset`): a client adds them to read
         the time in which names are written and judged. Shared by the clients
         of one clock object on one bucket; 0 if the store tells no time."""
         offset = self._offsets.get(clock)

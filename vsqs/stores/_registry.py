@@ -19,8 +19,8 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
-from . import _forks
-from ._errors import (
+from .. import _forks
+from .._errors import (
     InvalidArgument,
     InvalidQueueName,
     NotAQueue,
@@ -30,10 +30,10 @@ from ._errors import (
     UnsupportedStore,
     VsqsError,
 )
-from ._fanout import POOL_THREADS
-from ._names import CONFIG_NAME, validate_queue_name
-from ._store import Store
-from ._store_local import LocalStore
+from .._fanout import POOL_THREADS
+from .._names import CONFIG_NAME, validate_queue_name
+from ._base import Store
+from ._local import LocalStore
 
 #: scheme -> (package, vsqs extra that installs it); other schemes need only fsspec.
 _PACKAGES = {
@@ -319,17 +319,17 @@ def _object_store(scheme: str, url: str, storage_options: dict[str, Any]) -> Sto
     _check_resolved(url, path, name)
     bucketed = scheme in _BUCKETED
     display = _display_url(url, path, bucketed)
-    from ._store_object import ObjectStore
+    from ._object import ObjectStore
 
     if scheme in ("s3", "s3a"):
-        from ._store_s3 import S3Objects
+        from ._s3 import S3Objects
 
         return ObjectStore(S3Objects(fs, path, display, bucketed=True))
     if scheme in ("gs", "gcs"):
-        from ._store_gcs import GCSObjects
+        from ._gcs import GCSObjects
 
         return ObjectStore(GCSObjects(fs, path, display, bucketed=True))
-    from ._store_fsspec import FsspecObjects
+    from ._fsspec import FsspecObjects
 
     return ObjectStore(FsspecObjects(fs, path, display, bucketed=bucketed))
 

@@ -41,8 +41,8 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 
-from . import _forks
-from ._errors import ClockSkew
+from .. import _forks
+from .._errors import ClockSkew
 
 log = logging.getLogger("vsqs")
 

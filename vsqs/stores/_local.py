@@ -10,7 +10,7 @@ A create that need not be durable writes an unnamed ``O_TMPFILE`` inode and
 links it under its final name (``linkat``, which never replaces): readers see
 the whole message or no name, with one directory operation instead of two.
 On local filesystems a receiver learns new names from ``inotify``
-(:mod:`vsqs._inotify`) instead of listing the directory again.
+(:mod:`vsqs.stores._inotify`) instead of listing the directory again.
 
 The descriptor outlives the path: a directory removed, replaced or moved
 away under a client would be listed and written through it for ever, unseen
@@ -34,10 +34,10 @@ import sys
 import time
 from collections.abc import Hashable, Iterable, Iterator
 
-from ._errors import QueueClosed, QueueNotFound
+from .._errors import QueueClosed, QueueNotFound
+from .._names import NEW_SUFFIX, validate_queue_name
+from ._base import Changes, Store, TooLarge
 from ._inotify import DirectoryFeed, open_feed
-from ._names import NEW_SUFFIX, validate_queue_name
-from ._store import Changes, Store, TooLarge
 
 _RENAME_NOREPLACE = 1
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
