@@ -130,3 +130,17 @@ def test_the_shell_guide_uses_only_commands_and_options_that_exist() -> None:
         unknown += [f"{command}: {o}" for o in options if not re.search(rf"{o}\b", helps[argv[1]])]
     assert not unknown, "options that --help does not show:\n" + "\n".join(unknown)
     assert len(commands) > 15, f"only {len(commands)} commands: is docs/shell.md still a table?"
+
+
+def test_every_file_the_docs_name_exists() -> None:
+    """Modules move (the stores and the command line left the flat package):
+    a path in backquotes in the manual or the README names a file or folder
+    of the repository that exists."""
+    named = {
+        (doc.name, path)
+        for doc in [*DOCS.glob("*.md"), ROOT / "README.md", ROOT / "benchmarks" / "RESULTS.md"]
+        for path in re.findall(r"`((?:vsqs|tests|benchmarks|docs)/[\w/.-]*)", doc.read_text())
+    }
+    missing = sorted(f"{doc}: {path}" for doc, path in named if not (ROOT / path).exists())
+    assert not missing, "paths that do not exist:\n" + "\n".join(missing)
+    assert len(named) > 50, f"only {len(named)} paths: does the pattern still find them?"
