@@ -7,12 +7,15 @@ build with warnings as errors; every test they cite exists."""
 from __future__ import annotations
 
 import ast
+import dataclasses
+import inspect
 import re
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 
+import vsqs
 import vsqs.testing
 
 from ._doc_sessions import Normaliser, Step, environment, replay
@@ -144,3 +147,25 @@ def test_every_file_the_docs_name_exists() -> None:
     missing = sorted(f"{doc}: {path}" for doc, path in named if not (ROOT / path).exists())
     assert not missing, "paths that do not exist:\n" + "\n".join(missing)
     assert len(named) > 50, f"only {len(named)} paths: does the pattern still find them?"
+
+
+def test_the_settings_table_names_every_setting() -> None:
+    """docs/settings.md is the one table of settings: every ``VSQS_*``
+    variable the package reads, every keyword of ``vsqs.Queue``, and, marked
+    stored, every field of the config a queue keeps in ``vsqs.json``."""
+    table = (DOCS / "settings.md").read_text()
+    source = "\n".join(p.read_text() for p in (ROOT / "vsqs").rglob("*.py"))
+    variables = set(re.findall(r"VSQS_[A-Z_]+", source))
+    keywords = set(inspect.signature(vsqs.Queue).parameters) - {"url"}
+    with vsqs.Queue(vsqs.MemoryStore("settings")) as q:
+        stored = {field.name for field in dataclasses.fields(q.config)}
+    rows = {row.split("|")[2].strip(): row for row in table.splitlines() if row.startswith("| ")}
+    missing = [v for v in sorted(variables) if f"`{v}`" not in table]
+    missing += [k for k in sorted(keywords) if not any(f"`{k}=`" in key for key in rows)]
+    missing += [
+        f"{f} (stored)"
+        for f in sorted(stored)
+        if not any(f"`{f}=`" in key and "| stored |" in row for key, row in rows.items())
+    ]
+    assert not missing, "settings the table leaves out:\n" + "\n".join(missing)
+    assert len(variables) >= 8 and len(stored) >= 6, "the search finds too little to check"
