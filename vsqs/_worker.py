@@ -1,14 +1,14 @@
 """The worker loop of :meth:`vsqs.Queue.consume`: pacing, the heartbeat that
 keeps a message invisible while its handler runs, settling (delete on
-success, release with a backoff delay on failure), the logging of failures,
-and what an interruption (Ctrl-C, SIGTERM) does. Pacing, backoff, failure
-logging and settling are shared with :mod:`vsqs.aio` and :mod:`vsqs.spark`.
+success, release after the retry policy's delay on failure), the logging of
+failures, and what an interruption (Ctrl-C, SIGTERM) does. Pacing, failure
+logging and settling are shared with :mod:`vsqs.aio` and :mod:`vsqs.spark`;
+what every ``consume`` is given is resolved by :mod:`vsqs._options`.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 import signal
 import threading
 import time
@@ -19,15 +19,13 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from . import _forks
-from ._config import retry_delays, seconds
 from ._errors import ReceiptExpired, VsqsError
 from ._fanout import fan_out
 from ._message import Message
 from ._names import MsClock
+from ._options import ConsumePlan
 
 if TYPE_CHECKING:
-    import asyncio
-
     from ._queue import Queue
 
 log = logging.getLogger("vsqs")
@@ -41,46 +39,6 @@ REMEMBERED_FAILURES = 1024
 
 #: The exit status of a worker stopped by SIGTERM (128 + 15, as shells report it).
 SIGTERM_EXIT = 128 + signal.SIGTERM
-
-
-def visibility_seconds(queue: Queue, visibility_timeout: float | None) -> float:
-    """The visibility timeout a call uses: its own (validated), or the queue's default."""
-    if visibility_timeout is None:
-        return queue.config.visibility_timeout
-    return seconds(visibility_timeout, "visibility_timeout")
-
-
-class Backoff:
-    """The delay before a message whose handler failed is offered again.
-
-    Exponential with "equal jitter": for a message received ``n`` times,
-    ``step = min(max_retry_delay, retry_delay * 2 ** (n - 1))`` and the delay
-    is ``step / 2 + jitter() * step / 2``, so it is never shorter than half
-    the step (and never than ``retry_delay / 2``): a failing message cannot
-    spin. ``retry_delay`` and ``max_retry_delay`` default to the queue's
-    config; ``jitter`` returns a float in [0, 1) (``random.random`` unless
-    given, e.g. ``random.Random(seed).random`` for repeatable delays).
-    """
-
-    def __init__(
-        self,
-        queue: Queue,
-        retry_delay: float | None,
-        max_retry_delay: float | None,
-        jitter: Callable[[], float] | None,
-    ) -> None:
-        config = queue.config
-        self._base, self._cap = retry_delays(
-            config.retry_delay if retry_delay is None else retry_delay,
-            config.max_retry_delay if max_retry_delay is None else max_retry_delay,
-        )
-        self._jitter = random.random if jitter is None else jitter
-
-    def delay(self, receive_count: int) -> float:
-        """Seconds to keep a message received ``receive_count`` times hidden after a failure."""
-        doublings = min(max(receive_count, 1) - 1, 64)  # beyond 64 the cap rules anyway
-        step = min(self._cap, self._base * 2.0**doublings)
-        return step / 2 + self._jitter() * step / 2
 
 
 class FailureLog:
@@ -152,16 +110,10 @@ class ConsumePacing:
     so a queue holding only failing messages ends an idle ``consume`` too.
     """
 
-    def __init__(
-        self,
-        queue: Queue,
-        max_messages: int | None,
-        idle_timeout: float | None,
-        stop: threading.Event | asyncio.Event | None,
-    ) -> None:
-        self._left = max_messages
-        self._idle = None if idle_timeout is None else seconds(idle_timeout, "idle_timeout")
-        self._stop = stop
+    def __init__(self, queue: Queue, plan: ConsumePlan) -> None:
+        self._left = plan.max_messages
+        self._idle = plan.idle_timeout
+        self._stop = plan.stop
         self._now = MsClock(queue.clock).elapsed
         self._idle_since = self._now()
 
@@ -357,22 +309,10 @@ def interruptible(queue: Queue, run: Run) -> Iterator[None]:
             raise
 
 
-def consume(
-    queue: Queue,
-    handler: Callable[[Message], object],
-    *,
-    visibility_timeout: float | None,
-    max_messages: int | None,
-    idle_timeout: float | None,
-    stop: threading.Event | None,
-    retry_delay: float | None,
-    max_retry_delay: float | None,
-    jitter: Callable[[], float] | None,
-) -> int:
+def consume(queue: Queue, handler: Callable[[Message], object], plan: ConsumePlan) -> int:
     """The loop of :meth:`vsqs.Queue.consume` (see there); returns how many succeeded."""
-    vt = visibility_seconds(queue, visibility_timeout)
-    backoff = Backoff(queue, retry_delay, max_retry_delay, jitter)
-    pacing = ConsumePacing(queue, max_messages, idle_timeout, stop)
+    vt = plan.visibility_timeout
+    pacing = ConsumePacing(queue, plan)
     failures = failure_log(queue)
     run = Run()
     with interruptible(queue, run), Heartbeat(queue, vt) as heartbeat:
@@ -387,7 +327,7 @@ def consume(
             try:
                 handler(message)
             except Exception as exc:
-                delay = backoff.delay(message.receive_count)
+                delay = plan.retry.delay(message.receive_count)
                 failures.failed(message, exc, delay)
                 failed = True
             else:
