@@ -151,6 +151,15 @@ def test_each_setting_comes_from_the_argument_then_the_config_then_the_environme
         assert between(after[often].expiry_ms, 0.75 * want.max_retry_delay), (level, "max")
 
 
+async def consume_in_asyncio(path: Path, options: dict[str, Any]) -> int:
+    async with vsqs.aio.Queue(path) as q:
+        return await q.consume(lambda m: None, **options)
+
+
+#: The options of ``vsqs.spark.consume`` that the other faces take too.
+SPARK_TAKES = {"visibility_timeout", "retry_delay", "max_retry_delay", "jitter"}
+
+
 @pytest.mark.parametrize(
     ("options", "says"),
     [
@@ -177,6 +186,13 @@ def test_a_bad_consume_option_is_refused_in_one_line_before_anything_is_received
         before = sorted(p.name for p in (tmp_path / "q").iterdir())
         with pytest.raises(vsqs.InvalidArgument, match="^" + re.escape(says)):
             q.consume(lambda m: None, **options)
+        with pytest.raises(vsqs.InvalidArgument, match="^" + re.escape(says)):
+            asyncio.run(consume_in_asyncio(tmp_path / "q", options))
+        if SPARK_TAKES.issuperset(options):  # before any Spark call: no session needed
+            from vsqs.spark import consume as spark_consume
+
+            with pytest.raises(vsqs.InvalidArgument, match="^" + re.escape(says)):
+                spark_consume(None, str(tmp_path / "q"), lambda df, i: None, **options)
         assert sorted(p.name for p in (tmp_path / "q").iterdir()) == before
 
 

@@ -676,7 +676,11 @@ class Queue:
         Stops after ``max_messages`` messages received, once ``stop`` is set,
         or after ``idle_timeout`` seconds (on the queue's clock) in which no
         handler succeeded: failures do not reset the idle time, so a queue
-        holding only failing messages ends the call too.
+        holding only failing messages ends the call too. A bad option (a
+        ``max_messages`` that is not an int of at least 0, a ``stop``
+        without ``is_set``, a ``jitter`` that is not callable, a duration
+        out of range) raises :class:`InvalidArgument` before anything is
+        received.
 
         Interrupted by anything that is not an ``Exception`` (Ctrl-C's
         ``KeyboardInterrupt``, ``SystemExit``), it releases the message in
