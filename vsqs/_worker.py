@@ -16,7 +16,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from . import _forks
 from ._errors import ReceiptExpired, VsqsError
@@ -24,9 +24,7 @@ from ._fanout import fan_out
 from ._message import Message
 from ._names import MsClock
 from ._options import ConsumePlan
-
-if TYPE_CHECKING:
-    from ._queue import Queue
+from .stores._base import Store
 
 log = logging.getLogger("vsqs")
 
@@ -39,6 +37,29 @@ REMEMBERED_FAILURES = 1024
 
 #: The exit status of a worker stopped by SIGTERM (128 + 15, as shells report it).
 SIGTERM_EXIT = 128 + signal.SIGTERM
+
+
+class WorkerQueue(Protocol):
+    """What the worker loop uses of a queue (:class:`vsqs.Queue` has it): its
+    url and clock, its store's batch width, receive and settle."""
+
+    url: str
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+    @property
+    def store(self) -> Store: ...
+
+    def receive(
+        self, *, visibility_timeout: float | None = None, wait: float = 0
+    ) -> Message | None: ...
+
+    def delete(self, message: Message, /) -> None: ...
+
+    def release(self, message: Message, /, *, delay: float = 0) -> None: ...
+
+    def extend(self, message: Message, visibility_timeout: float, /) -> Message: ...
 
 
 class FailureLog:
@@ -87,11 +108,11 @@ class FailureLog:
             self._seen.pop(message.id, None)
 
 
-_failure_logs: weakref.WeakKeyDictionary[Queue, FailureLog] = weakref.WeakKeyDictionary()
+_failure_logs: weakref.WeakKeyDictionary[WorkerQueue, FailureLog] = weakref.WeakKeyDictionary()
 _failure_logs_lock = _forks.lock()
 
 
-def failure_log(queue: Queue) -> FailureLog:
+def failure_log(queue: WorkerQueue) -> FailureLog:
     """The :class:`FailureLog` of ``queue``, shared by all its ``consume``
     calls (sync and asyncio), so that a worker calling ``consume`` again and
     again still logs each failing message's traceback once."""
@@ -110,7 +131,7 @@ class ConsumePacing:
     so a queue holding only failing messages ends an idle ``consume`` too.
     """
 
-    def __init__(self, queue: Queue, plan: ConsumePlan) -> None:
+    def __init__(self, queue: WorkerQueue, plan: ConsumePlan) -> None:
         self._left = plan.max_messages
         self._idle = plan.idle_timeout
         self._stop = plan.stop
@@ -137,7 +158,7 @@ class ConsumePacing:
         self._idle_since = self._now()
 
 
-def settle(queue: Queue, message: Message, *, failed: bool, delay: float = 0) -> bool:
+def settle(queue: WorkerQueue, message: Message, *, failed: bool, delay: float = 0) -> bool:
     """Delete a handled message, or release it (visible again after ``delay``)
     if its handler ``failed``; return whether it counts as a success. A
     message the handler settled itself is left alone; one whose receipt
@@ -166,7 +187,7 @@ class Heartbeat:
     whose extend fails (someone else received it meanwhile) is dropped with a
     warning; the others are kept."""
 
-    def __init__(self, queue: Queue, visibility_timeout: float) -> None:
+    def __init__(self, queue: WorkerQueue, visibility_timeout: float) -> None:
         self._queue, self._vt = queue, visibility_timeout
         self._changed = _forks.condition()
         self._messages: list[Message] = []
@@ -243,7 +264,7 @@ class Run:
         self.held: Message | None = None
         self.sigterm = False
 
-    def release_held(self, queue: Queue) -> int:
+    def release_held(self, queue: WorkerQueue) -> int:
         """Release the message in hand at once; return how many were released (0 or 1)."""
         message, self.held = self.held, None
         if message is None or message.settled:
@@ -255,7 +276,7 @@ class Run:
             return 0
         return 1
 
-    def stopped(self, queue: Queue, exc: BaseException, released: int) -> None:
+    def stopped(self, queue: WorkerQueue, exc: BaseException, released: int) -> None:
         """Log the one line of a ``consume`` that ``exc`` (no ``Exception``:
         Ctrl-C, SIGTERM, ``SystemExit``, a cancellation) stopped."""
         log.warning(
@@ -295,7 +316,7 @@ def sigterm_exits(run: Run) -> Iterator[None]:
 
 
 @contextmanager
-def interruptible(queue: Queue, run: Run) -> Iterator[None]:
+def interruptible(queue: WorkerQueue, run: Run) -> Iterator[None]:
     """On any exception out of the loop, release the message in hand at once
     and re-raise; on an interruption (not an ``Exception``: Ctrl-C, SIGTERM,
     ``SystemExit``), also log one line at WARNING saying what was done."""
@@ -309,7 +330,7 @@ def interruptible(queue: Queue, run: Run) -> Iterator[None]:
             raise
 
 
-def consume(queue: Queue, handler: Callable[[Message], object], plan: ConsumePlan) -> int:
+def consume(queue: WorkerQueue, handler: Callable[[Message], object], plan: ConsumePlan) -> int:
     """The loop of :meth:`vsqs.Queue.consume` (see there); returns how many succeeded."""
     vt = plan.visibility_timeout
     pacing = ConsumePacing(queue, plan)
