@@ -7,6 +7,10 @@ defaults: :meth:`QueueConfig.create`), and for the settings a config does
 not hold, their defaults. :meth:`ConsumeOptions.resolve` is where a call's
 arguments meet the config: every face builds one :class:`ConsumeOptions`
 from its keyword arguments and runs the :class:`ConsumePlan` it resolves to.
+
+These classes are not exported: each face's keyword arguments are its API,
+and an ``options=`` beside them would be a second way to say the same thing,
+with a rule of its own for which one wins.
 """
 
 from __future__ import annotations
