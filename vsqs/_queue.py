@@ -374,9 +374,12 @@ class Queue:
             exhausted=self._dead_letters.take,
             max_size=self.config.max_message_size,
         )
-        return [
+        got = [
             Message(self, c.id, c.body, c.name, c.receive_count, origins=c.origin) for c in claims
         ]
+        for message in got:
+            hold(message).give_back = self._receiver.give_back
+        return got
 
     # ----------------------------------------------------------- by receipt
     def _check_own(self, message: Message) -> None:
@@ -702,16 +705,6 @@ class Queue:
             jitter,
         )
         return worker.consume(self, handler, options.resolve(self.config))
-
-
-def give_back(queue: Queue, messages: Iterable[Message]) -> None:
-    """Make messages ``queue`` received for a caller that never got them (a
-    cancelled asyncio receive) visible again at once, with the receive count
-    they had before: a receive that delivered nothing counts nothing. One
-    that cannot be given back stays hidden until its visibility timeout (logged)."""
-    held = [m.receipt for m in messages if m.receipt is not None]
-    with storage_errors(f"giving back to {queue.url}"):
-        queue._receiver.give_back(held)
 
 
 __all__ = ["Queue"]
