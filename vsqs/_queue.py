@@ -1,9 +1,9 @@
 """The :class:`Queue` facade: the state machine of ``docs/format.md`` over any
 :class:`~vsqs.stores._base.Store`.
 
-It opens the queue and checks its config, and settles receipts (delete,
-extend, release); the rest is delegated, each concern to its own module:
-publishing (:mod:`._publish`), receiving (:mod:`._receiver`), dead letters
+It opens the queue and checks its config; the rest is delegated, each
+concern to its own module: publishing (:mod:`._publish`), receiving
+(:mod:`._receiver`), settling receipts (:mod:`._settle`), dead letters
 (:mod:`._dead_letter`), reading without receiving (:mod:`._inspect`) and the
 worker loop (:mod:`._worker`).
 """
@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager, nullcontext, suppress
+from contextlib import suppress
 from types import TracebackType
 from typing import Any
 
@@ -33,15 +33,11 @@ from ._config import (
 )
 from ._dead_letter import DeadLetters, check_target, collect_origins, remove_records
 from ._errors import (
-    InvalidArgument,
     QueueClosed,
     QueueNotFound,
-    ReceiptExpired,
-    StorageError,
     UnsupportedStore,
     storage_errors,
 )
-from ._fanout import fan_out
 from ._message import (
     Body,
     DeleteResult,
@@ -55,6 +51,7 @@ from ._message import (
 from ._options import ConsumeOptions
 from ._publish import Publisher, check_sizes, publish
 from ._receiver import DEFAULT_MAX_POLL_INTERVAL, Receiver
+from ._settle import Settler
 from .stores._base import Store, TooLarge
 from .stores._registry import open_store
 
@@ -140,6 +137,7 @@ class Queue:
         )
         self._publisher = Publisher(self._store, self._clock, self.durable, self._receiver.sent)
         self._dead_letters = DeadLetters(self._store, self._open_dead_letter)
+        self._settler = Settler(self, self._store, self._clock, self._receiver)
         requested = {
             "visibility_timeout": None
             if visibility_timeout is None
@@ -382,48 +380,6 @@ class Queue:
         return got
 
     # ----------------------------------------------------------- by receipt
-    def _check_own(self, message: Message) -> None:
-        owner = hold(message).queue
-        if owner is not self and owner.url != self.url:
-            raise InvalidArgument("that message belongs to another queue")
-        if message.receipt is None:
-            raise InvalidArgument("a peeked message has no receipt")
-
-    def _held(self, msg_or_receipt: Message | str) -> tuple[names.Name, Message | None]:
-        """The name a receipt stands for, and the message if one was given (checked to be ours)."""
-        if not isinstance(msg_or_receipt, Message):
-            return names.parse_receipt(msg_or_receipt), None
-        self._check_own(msg_or_receipt)
-        return names.parse_receipt(msg_or_receipt.receipt), msg_or_receipt
-
-    @staticmethod
-    def _locked(message: Message | None) -> AbstractContextManager[Any]:
-        return hold(message).lock if message is not None else nullcontext()
-
-    def _move_held(self, parsed: names.Name, expiry_ms: int, what: str, *, holds: bool) -> str:
-        """Rename a held message to a new expiry; return the new name.
-
-        The new name has the next version, so it differs from the receipt (and
-        from every earlier name of the message): the atomic rename itself
-        proves the receipt is still current. A move that ``holds`` on to the
-        message (an extend) never takes the last version: it is kept for the
-        release (:func:`~vsqs._names.can_hold`).
-        """
-        receipt = names.receipt_name(parsed)
-        if holds and not names.can_hold(parsed):
-            raise InvalidArgument(
-                f"cannot {what}: {receipt} has no name left but the one to release it to "
-                "(docs/format.md, names): release or delete it"
-            )
-        new = names.next_name(parsed, expiry_ms, parsed.receive_count)
-        with storage_errors(f"{what} in {self.url}"):
-            try:
-                self._store.rename(receipt, new)
-            except (FileNotFoundError, FileExistsError):
-                raise ReceiptExpired(f"cannot {what}: {receipt} is no longer current") from None
-        self._receiver.moved(receipt, new, expiry_ms)
-        return new
-
     def delete(self, msg_or_receipt: Message | str) -> None:
         """Acknowledge a received message: remove it for good.
 
@@ -432,7 +388,7 @@ class Queue:
         someone else after its visibility timeout.
         """
         self._check_open()
-        self._ack(self._ack_target(msg_or_receipt))
+        self._settler.delete(msg_or_receipt)
 
     def delete_batch(self, msgs_or_receipts: Iterable[Message | str]) -> DeleteResult:
         """Acknowledge several received messages; say which were deleted,
@@ -444,57 +400,7 @@ class Queue:
         objects go with one batched request.
         """
         self._check_open()
-        targets = [self._ack_target(item) for item in msgs_or_receipts]
-        deleted: list[str] = []
-        stale: list[str] = []
-        failed: dict[str, StorageError] = {}
-        for (receipt, _), outcome in zip(
-            targets, fan_out(self._ack, targets, self._store.batch_width), strict=True
-        ):
-            error = outcome.exception()
-            if error is None:
-                deleted.append(receipt)
-            elif isinstance(error, ReceiptExpired):
-                stale.append(receipt)
-            elif isinstance(error, StorageError):
-                failed[receipt] = error
-            else:
-                raise error
-        return DeleteResult(deleted, stale, failed)
-
-    def _ack_target(self, msg_or_receipt: Message | str) -> tuple[str, Message | None]:
-        """The receipt to acknowledge (checked: InvalidReceipt, InvalidArgument) and its message."""
-        if not isinstance(msg_or_receipt, Message):
-            if not names.is_receipt(msg_or_receipt):
-                names.parse_receipt(msg_or_receipt)  # raises InvalidReceipt with the reason
-            return msg_or_receipt, None
-        self._check_own(msg_or_receipt)
-        return msg_or_receipt.receipt or "", msg_or_receipt
-
-    def _ack(self, target: tuple[str, Message | None]) -> None:
-        receipt, message = target
-        if message is None:
-            self._delete(receipt, known=False)
-            return
-        held = hold(message)
-        with held.lock:
-            current = message.receipt
-            issued = current is held.issued
-            if not issued:
-                names.parse_receipt(current)  # changed by the caller: untrusted again
-            assert current is not None
-            self._delete(current, known=issued)
-            held.done = True
-            if held.origin:  # a dead letter with its origin records: they go with it
-                remove_records(self._store, held.origin)
-
-    def _delete(self, receipt: str, *, known: bool) -> None:
-        with storage_errors(lambda: f"deleting from {self.url}"):
-            try:
-                self._store.delete(receipt, known=known)
-            except FileNotFoundError:
-                raise ReceiptExpired(f"cannot delete: {receipt} is no longer current") from None
-        self._receiver.deleted(receipt)
+        return self._settler.delete_batch(msgs_or_receipts)
 
     def extend(self, msg_or_receipt: Message | str, visibility_timeout: float) -> Message:
         """Keep a received message invisible for ``visibility_timeout`` more seconds from now.
@@ -503,25 +409,9 @@ class Queue:
         updated in place). Raises :class:`ReceiptExpired` if the receipt is stale.
         """
         self._check_open()
-        vt_ms = int(seconds(visibility_timeout, "visibility_timeout") * 1000)
-        parsed, message = self._held(msg_or_receipt)
-        if message is None:
-            # The body before the rename: the rename alone decides the
-            # outcome (a read after it could find the name already expired
-            # and taken, and call an extend that took effect stale).
-            receipt = names.receipt_name(parsed)
-            with storage_errors(f"reading from {self.url}"):
-                try:
-                    body = self._store.read_limited(receipt, self.config.max_message_size)
-                except FileNotFoundError:
-                    raise ReceiptExpired(f"cannot extend: {receipt} is no longer current") from None
-            new = self._move_held(parsed, self._clock.expiry_ms(vt_ms), "extend", holds=True)
-            return Message(self, parsed.id, body, new, parsed.receive_count)
-        with hold(message).lock:
-            parsed = names.parse_receipt(message.receipt)
-            new = self._move_held(parsed, self._clock.expiry_ms(vt_ms), "extend", holds=True)
-            message.receipt = hold(message).issued = new
-            return message
+        return self._settler.extend(
+            msg_or_receipt, visibility_timeout, self.config.max_message_size
+        )
 
     def release(self, msg_or_receipt: Message | str, *, delay: float = 0) -> None:
         """Negative acknowledge: make a received message visible again after ``delay``.
@@ -530,14 +420,7 @@ class Queue:
         :class:`ReceiptExpired` if the receipt is stale.
         """
         self._check_open()
-        delay_ms = int(seconds(delay, "delay") * 1000)
-        parsed, message = self._held(msg_or_receipt)
-        with self._locked(message):
-            if message is not None:
-                parsed = names.parse_receipt(message.receipt)
-            self._move_held(parsed, self._clock.expiry_ms(delay_ms), "release", holds=False)
-            if message is not None:
-                hold(message).done = True
+        self._settler.release(msg_or_receipt, delay=delay)
 
     # ----------------------------------------------------------- inspection
     def peek(self, max_messages: int = 10) -> list[Message]:
