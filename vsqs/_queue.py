@@ -1,16 +1,15 @@
 """The :class:`Queue` facade: the state machine of ``docs/format.md`` over any
 :class:`~vsqs.stores._base.Store`.
 
-It opens the queue and checks its config; the rest is delegated, each
-concern to its own module: publishing (:mod:`._publish`), receiving
-(:mod:`._receiver`), settling receipts (:mod:`._settle`), dead letters
-(:mod:`._dead_letter`), reading without receiving (:mod:`._inspect`) and the
+It checks its arguments and that it is open, and delegates each concern to
+its own module below it: opening and the admin operations (:mod:`._admin`),
+publishing (:mod:`._publish`), receiving (:mod:`._receiver`), settling
+receipts (:mod:`._settle`), dead letters (:mod:`._dead_letter`) and the
 worker loop (:mod:`._worker`).
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -18,44 +17,27 @@ from contextlib import suppress
 from types import TracebackType
 from typing import Any
 
+from . import _admin as admin
 from . import _inspect as inspect
-from . import _names as names
 from . import _worker as worker
 from ._config import (
     ENV_DURABLE,
     ENV_MAX_POLL_INTERVAL,
-    QueueConfig,
     env_flag,
     env_seconds,
     positive_int,
     retry_seconds,
     seconds,
 )
-from ._dead_letter import DeadLetters, check_target, collect_origins, remove_records
-from ._errors import (
-    QueueClosed,
-    QueueNotFound,
-    UnsupportedStore,
-    storage_errors,
-)
-from ._message import (
-    Body,
-    DeleteResult,
-    Message,
-    Progress,
-    QueueStats,
-    as_bytes,
-    hold,
-    read_origin,
-)
+from ._dead_letter import DeadLetters, check_target
+from ._errors import QueueClosed
+from ._message import Body, DeleteResult, Message, Progress, QueueStats, as_bytes, hold
 from ._options import ConsumeOptions
-from ._publish import Publisher, check_sizes, publish
+from ._publish import Publisher, check_sizes
 from ._receiver import DEFAULT_MAX_POLL_INTERVAL, Receiver
 from ._settle import Settler
-from .stores._base import Store, TooLarge
+from .stores._base import Store
 from .stores._registry import open_store
-
-log = logging.getLogger("vsqs")
 
 
 class Queue:
@@ -156,53 +138,18 @@ class Queue:
         }
         try:
             check_target(dead_letter, self.url, given=True)  # before anything is created
-            self.config = self._open(create, requested)
+            self.config = admin.open_config(
+                self._store,
+                self._clock,
+                create=create,
+                durable=self.durable,
+                unsafe_claims=self._unsafe_claims,
+                requested=requested,
+            )
             check_target(self.config.dead_letter, self.url, given=False)  # another client's
         except BaseException:
             self.close()
             raise
-
-    def _open(self, create: bool, requested: dict[str, Any]) -> QueueConfig:
-        store = self._store
-        with storage_errors(f"opening {self.url}"):
-            if not store.ensure(create):
-                raise QueueNotFound(f"no queue at {self.url}")
-            self._check_claims()
-            try:
-                config = QueueConfig.from_json(store.read(names.CONFIG_NAME), self.url)
-            except FileNotFoundError:
-                if not create:
-                    raise QueueNotFound(f"no queue at {self.url} (no vsqs config in it)") from None
-                config = QueueConfig.create(requested)
-                message_id = self._clock.next_id()
-                if publish(
-                    store,
-                    self.durable,
-                    message_id,
-                    config.to_json(),
-                    names.CONFIG_NAME,
-                    replace_new=False,
-                ):
-                    return config
-                config = QueueConfig.from_json(store.read(names.CONFIG_NAME), self.url)
-            config.check_agrees(requested, self.url)
-            return config
-
-    def _check_claims(self) -> None:
-        """Refuse a store that cannot make claims exclusive, unless told not to."""
-        store = self._store
-        if store.exclusive_claims():
-            return
-        if not self._unsafe_claims:
-            why = f" ({store.refusal})" if store.refusal else ""
-            raise UnsupportedStore(
-                f"{self.url}: this store cannot make claims exclusive{why}, so two "
-                "consumers could receive the same message at once. To use it "
-                "anyway: unsafe_claims=True (Python), --unsafe-claims (vsqs "
-                'command), .option("unsafeClaims", "true") (Spark); see '
-                "docs/protocol.md"
-            )
-        log.warning("%s: claims are not exclusive here (unsafe_claims=True)", self.url)
 
     def _dead_letter_location(self) -> Store | str | None:
         """Where the config's ``dead_letter`` is: the sibling queue a name
@@ -432,29 +379,9 @@ class Queue:
         """
         self._check_open()
         positive_int(max_messages, "max_messages")
-        now = self._clock.now_ms()
-        out: list[Message] = []
-        store, limit = self._store, self.config.max_message_size
-        with storage_errors(f"peeking into {self.url}"):
-            found, origins = inspect.scan(store, now)
-            ready = sorted((e.name, e.parsed) for e in found if e.state == names.READY)
-            for name, parsed in ready:
-                try:
-                    body = store.read_limited(name, limit)
-                except FileNotFoundError:
-                    continue
-                except TooLarge as exc:
-                    log.warning(
-                        "%s: peek passes over %s, too large: %s", self.url, name, exc.strerror
-                    )
-                    continue
-                origin = read_origin(store, origins.get(parsed.id, ()))
-                out.append(
-                    Message(self, parsed.id, body, None, parsed.receive_count, dead_lettered=origin)
-                )
-                if len(out) == max_messages:
-                    break
-        return out
+        return admin.peek(
+            self, self._store, self._clock, self.config.max_message_size, max_messages
+        )
 
     def stats(self) -> QueueStats:
         """Counts by state from one listing (and one of the dead-letter queue).
@@ -465,18 +392,8 @@ class Queue:
         counts under the name it leaves.
         """
         self._check_open()
-        with storage_errors(f"listing {self.url}"):
-            t = inspect.tally(self._store, self._clock.now_ms())
-        return QueueStats(
-            ready=t.ready,
-            in_flight=t.in_flight,
-            delayed=t.delayed,
-            writing=t.writing,
-            oldest_ready_age=t.seconds_ago(t.oldest_sent_ms),
-            next_visible_in=t.seconds_until(t.next_visible_ms),
-            in_flight_expires_in=t.seconds_until(t.in_flight_expiry_ms),
-            dead_letter=None if self.config.dead_letter is None else self._dead_letters.depth(),
-        )
+        depth = None if self.config.dead_letter is None else self._dead_letters.depth
+        return admin.stats(self._store, self._clock, depth)
 
     def purge(self, *, progress: Progress | None = None) -> int:
         """Delete every message in every state (not sends under way); return how many.
@@ -487,23 +404,8 @@ class Queue:
         ``FINISH_AFTER`` ago).
         """
         self._check_open()
-        removed = 0
         self._receiver.reset()  # everything it knew is going
-        with storage_errors(f"purging {self.url}"):
-            found, origins = inspect.scan(self._store, 0)
-            doomed = [e for e in found if e.is_message]
-            for done, entry in enumerate(doomed, 1):
-                with suppress(FileNotFoundError):
-                    self._store.delete(entry.name, known=True)
-                    removed += 1
-                    # Its message is gone: so are the records listed with it
-                    # (not those of a message whose delete lost a race: it lives on).
-                    remove_records(self._store, origins.pop(entry.parsed.id, ()))
-                if progress is not None:
-                    progress(done, len(doomed))
-            self._store.flush()
-        log.info("%s: purged %d messages", self.url, removed)
-        return removed
+        return admin.purge(self._store, progress)
 
     def gc(self, *, progress: Progress | None = None) -> list[str]:
         """Repair every leftover a crashed client can leave; return the names repaired.
@@ -522,13 +424,7 @@ class Queue:
         way; both are kept. Foreign names are never touched.
         """
         self._check_open()
-        store = self._store
-        with storage_errors(f"collecting leftovers in {self.url}"):
-            now = self._clock.now_ms()
-            leftovers = inspect.stale_new(store, now, self._new_grace_ms)
-            removed = inspect.collect_stale_new(store, leftovers, self.url, progress)
-            removed += collect_origins(store, now, self._new_grace_ms)
-            return removed + store.take_repairs()
+        return admin.gc(self._store, self._clock, self._new_grace_ms, progress)
 
     # --------------------------------------------------------------- worker
     def consume(
