@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 
 import vsqs
-from vsqs import _dead_letter, _inspect, _publish, _queue
+from vsqs import _dead_letter, _inspect, _publish, _settle
 from vsqs import _names as names
 from vsqs._dead_letter import Origin
 from vsqs._errors import storage_errors
@@ -413,7 +413,7 @@ MUTANTS: dict[str, tuple[tuple[object, str, object] | None, Callable[[int], Plan
         FAULT_PLANS["read-errors"],
     ),
     "a-failed-record-delete-fails-the-ack": (
-        (_queue, "remove_records", _a_failed_record_delete_fails_the_ack),
+        (_settle, "remove_records", _a_failed_record_delete_fails_the_ack),
         FAULT_PLANS["dead-letter-acks"],
     ),
     "one-record-name-per-id": (

@@ -417,7 +417,7 @@ def _give_back_unwanted(queue: _queue.Queue, future: Future[list[_message.Messag
     if future.cancelled() or future.exception() is not None:
         return
     try:
-        _queue.give_back(queue, future.result())
+        _message.give_back(future.result())
     except VsqsError as exc:  # it comes back at its visibility timeout anyway
         log.warning("%s: could not give back after a cancelled receive: %s", queue.url, exc)
 
