@@ -10,7 +10,6 @@ message is a file whose name is its state.
 
 from __future__ import annotations
 
-from ._dead_letter import redrive
 from ._errors import (
     ClockSkew,
     InvalidArgument,
@@ -31,6 +30,7 @@ from ._errors import (
 from ._message import DeadLettered, DeleteResult, Message, QueueStats
 from ._names import FORMAT_VERSION
 from ._queue import Queue
+from ._redrive import redrive
 from .stores._base import Store
 from .stores._local import LocalStore
 from .stores._memory import MemoryStore

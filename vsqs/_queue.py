@@ -64,6 +64,7 @@ from ._message import (
 from ._publish import Publisher, check_sizes, publish
 from ._receiver import DEFAULT_MAX_POLL_INTERVAL, Receiver
 from .stores._base import Store, TooLarge
+from .stores._location import is_sibling_name
 from .stores._registry import open_store
 
 log = logging.getLogger("vsqs")
@@ -233,7 +234,7 @@ class Queue:
         """Where the config's ``dead_letter`` is: the sibling queue a name
         stands for, or the path or URL itself."""
         target = self.config.dead_letter
-        if target is None or "/" in target or "://" in target:
+        if target is None or not is_sibling_name(target):
             return target
         return self._store.sibling(target)
 

@@ -35,10 +35,10 @@ from typing import Any, ParamSpec, TypeVar
 from . import _message, _queue
 from ._aio_sigterm import sigterm_cancels
 from ._config import positive_int
-from ._dead_letter import redrive as sync_redrive
 from ._errors import QueueClosed, VsqsError
 from ._message import Body, DeadLettered, DeleteResult, Progress, QueueStats
 from ._receiver import CLOSE_WAKES
+from ._redrive import redrive as sync_redrive
 from ._worker import (
     Backoff,
     ConsumePacing,

@@ -12,11 +12,11 @@ from typing import Any
 
 import click
 
-from .._dead_letter import check_missing, check_redrive, move_back
 from .._errors import QueueNotFound
 from .._message import QueueStats
 from .._names import CONFIG_NAME
 from .._queue import Queue
+from .._redrive import check_missing, check_redrive, move_back
 from ..stores._registry import list_queues
 from ._common import (
     max_option,
