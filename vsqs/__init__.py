@@ -28,6 +28,7 @@ from ._errors import (
     VsqsError,
 )
 from ._message import DeadLettered, DeleteResult, Message, QueueStats
+from ._move import move
 from ._names import FORMAT_VERSION
 from ._queue import Queue
 from ._redrive import redrive
@@ -64,6 +65,7 @@ __all__ = [
     "UnsupportedStore",
     "VsqsError",
     "list_queues",
+    "move",
     "redrive",
 ]
 

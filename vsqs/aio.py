@@ -26,7 +26,7 @@ import functools
 import inspect
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from types import TracebackType
@@ -37,6 +37,7 @@ from ._aio_sigterm import sigterm_cancels
 from ._config import positive_int
 from ._errors import QueueClosed, VsqsError
 from ._message import Body, DeadLettered, DeleteResult, Progress, QueueStats
+from ._move import move as sync_move
 from ._receiver import CLOSE_WAKES
 from ._redrive import redrive as sync_redrive
 from ._worker import (
@@ -405,6 +406,21 @@ async def redrive(
     )
 
 
+def _on_a_thread(fn: Callable[_P, _T]) -> Callable[_P, Coroutine[Any, Any, _T]]:
+    """``fn`` as a coroutine function that runs it on a worker thread."""
+
+    @functools.wraps(fn)
+    async def run(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    run.__doc__ = f":func:`vsqs.{fn.__name__}` on a worker thread (callbacks are called there)."
+    return run
+
+
+#: :func:`vsqs.move` on a worker thread.
+move = _on_a_thread(sync_move)
+
+
 def _unwrap(msg_or_receipt: Message | str) -> _message.Message | str:
     return msg_or_receipt.sync if isinstance(msg_or_receipt, Message) else msg_or_receipt
 
@@ -420,4 +436,4 @@ def _give_back_unwanted(queue: _queue.Queue, future: Future[list[_message.Messag
         log.warning("%s: could not give back after a cancelled receive: %s", queue.url, exc)
 
 
-__all__ = ["Message", "Queue", "redrive"]
+__all__ = ["Message", "Queue", "move", "redrive"]
