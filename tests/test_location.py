@@ -13,6 +13,8 @@ from vsqs.stores import MemoryStore, register_scheme, unregister_scheme
 from vsqs.stores._location import Location, is_sibling_name, without_credentials
 from vsqs.stores._registry import parse_location
 
+from ._cli import said
+
 
 @pytest.fixture
 def credtest() -> Iterator[str]:
@@ -48,6 +50,15 @@ def test_an_error_opening_a_url_never_shows_its_password(url: str) -> None:
     message = str(failed.value)
     assert "s3cret" not in message and "user" not in message, message
     assert "\n" not in message
+
+
+def test_the_redrive_command_never_reports_the_password_of_a_url(tmp_path: Path) -> None:
+    """It said 'moved 0 messages from memory://user:s3cret@host/dlq to ...'."""
+    vsqs.Queue(tmp_path / "q").close()
+    dlq = "memory://user:s3cret@host/dlq"  # never created: moves 0
+    assert said("redrive", dlq, str(tmp_path / "q"), "--force") == (
+        f"moved 0 messages from memory://host/dlq to {tmp_path / 'q'}\n"
+    )
 
 
 def test_list_queues_never_shows_the_password_of_its_root() -> None:

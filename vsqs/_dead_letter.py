@@ -30,7 +30,7 @@ from ._inspect import message_count
 from ._message import DeadLettered, read_record
 from ._publish import publish
 from .stores._base import Store
-from .stores._location import is_sibling_name
+from .stores._location import is_sibling_name, without_credentials
 from .stores._registry import check_location, same_location
 
 log = logging.getLogger("vsqs")
@@ -192,7 +192,8 @@ def check_target(target: str | None, own_url: str, *, given: bool) -> None:
     own_name = own_url.rstrip("/").rpartition("/")[2]
     if target == own_name if sibling else same_location(target, own_url):
         raise InvalidArgument(
-            f"{own_url} cannot be its own dead-letter queue (dead_letter {target!r:.80})"
+            f"{own_url} cannot be its own dead-letter queue "
+            f"(dead_letter {without_credentials(target)!r:.80})"
         )
 
 
