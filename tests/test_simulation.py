@@ -15,7 +15,7 @@ clients on a simulated bucket, each judged by the oracle.
   cut short; batches of ``vsqs move``; Spark writes (stage, then commit or
   abort, also after ``RESTAMP_AFTER``).
 * Named regression schedules: the seeds at which the simulation found each
-  class of failure of format 1 by itself (``docs/reliability.md``).
+  class of failure of format 1 by itself (``benchmarks/RESULTS.md``).
 * The simulation itself is checked: a seed replays to the same schedule, in
   this process and in another; and the oracle catches the bugs of planted
   mutants of the protocol (a test that could not fail would prove nothing).
@@ -152,7 +152,7 @@ def test_random_schedules_with_assumptions_varied_keep_every_promise(plan: str) 
     assert not failed, "\n".join(str(r) for r in failed) + f"\nreplay: PLANS[{plan!r}](seed)"
 
 
-#: Seeds at which the simulation, run on format 1 (``docs/reliability.md``
+#: Seeds at which the simulation, run on format 1 (``benchmarks/RESULTS.md``
 #: says how), broke each promise by itself, and two it found in format 2 while
 #: it was written. Format 2 makes other requests, so a seed replays its
 #: workload and fault rates here, not the format-1 schedule.

@@ -22,20 +22,11 @@ from . import _inspect as inspect
 from . import _names as names
 from . import _worker as worker
 from ._config import (
-    DEFAULT_MAX_MESSAGE_SIZE,
-    DEFAULT_MAX_RETRY_DELAY,
-    DEFAULT_RETRY_DELAY,
-    DEFAULT_VISIBILITY_TIMEOUT,
     ENV_DURABLE,
-    ENV_MAX_MESSAGE_SIZE,
     ENV_MAX_POLL_INTERVAL,
-    ENV_MAX_RETRY_DELAY,
-    ENV_RETRY_DELAY,
-    ENV_VISIBILITY_TIMEOUT,
     QueueConfig,
     env_flag,
     env_seconds,
-    env_size,
     positive_int,
     retry_seconds,
     seconds,
@@ -61,6 +52,7 @@ from ._message import (
     hold,
     read_origin,
 )
+from ._options import ConsumeOptions
 from ._publish import Publisher, check_sizes, publish
 from ._receiver import DEFAULT_MAX_POLL_INTERVAL, Receiver
 from .stores._base import Store, TooLarge
@@ -184,22 +176,7 @@ class Queue:
             except FileNotFoundError:
                 if not create:
                     raise QueueNotFound(f"no queue at {self.url} (no vsqs config in it)") from None
-                defaults = {
-                    "visibility_timeout": env_seconds(
-                        ENV_VISIBILITY_TIMEOUT, DEFAULT_VISIBILITY_TIMEOUT
-                    ),
-                    "retry_delay": retry_seconds(
-                        env_seconds(ENV_RETRY_DELAY, DEFAULT_RETRY_DELAY), ENV_RETRY_DELAY
-                    ),
-                    "max_retry_delay": retry_seconds(
-                        env_seconds(ENV_MAX_RETRY_DELAY, DEFAULT_MAX_RETRY_DELAY),
-                        ENV_MAX_RETRY_DELAY,
-                    ),
-                    "max_message_size": env_size(ENV_MAX_MESSAGE_SIZE, DEFAULT_MAX_MESSAGE_SIZE),
-                }
-                config = QueueConfig(
-                    **defaults | {k: v for k, v in requested.items() if v is not None}
-                )
+                config = QueueConfig.create(requested)
                 message_id = self._clock.next_id()
                 if publish(
                     store,
@@ -254,7 +231,7 @@ class Queue:
     def _vt_ms(self, visibility_timeout: float | None) -> int:
         if visibility_timeout is None:  # on every receive: no call
             return int(self.config.visibility_timeout * 1000)
-        return int(worker.visibility_seconds(self, visibility_timeout) * 1000)
+        return int(seconds(visibility_timeout, "visibility_timeout") * 1000)
 
     # ------------------------------------------------------------ lifecycle
     @property
@@ -700,7 +677,11 @@ class Queue:
         Stops after ``max_messages`` messages received, once ``stop`` is set,
         or after ``idle_timeout`` seconds (on the queue's clock) in which no
         handler succeeded: failures do not reset the idle time, so a queue
-        holding only failing messages ends the call too.
+        holding only failing messages ends the call too. A bad option (a
+        ``max_messages`` that is not an int of at least 0, a ``stop``
+        without ``is_set``, a ``jitter`` that is not callable, a duration
+        out of range) raises :class:`InvalidArgument` before anything is
+        received.
 
         Interrupted by anything that is not an ``Exception`` (Ctrl-C's
         ``KeyboardInterrupt``, ``SystemExit``), it releases the message in
@@ -712,17 +693,16 @@ class Queue:
         alone.
         """
         self._check_open()
-        return worker.consume(
-            self,
-            handler,
-            visibility_timeout=visibility_timeout,
-            max_messages=max_messages,
-            idle_timeout=idle_timeout,
-            stop=stop,
-            retry_delay=retry_delay,
-            max_retry_delay=max_retry_delay,
-            jitter=jitter,
+        options = ConsumeOptions(
+            visibility_timeout,
+            max_messages,
+            idle_timeout,
+            stop,
+            retry_delay,
+            max_retry_delay,
+            jitter,
         )
+        return worker.consume(self, handler, options.resolve(self.config))
 
 
 def give_back(queue: Queue, messages: Iterable[Message]) -> None:

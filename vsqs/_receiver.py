@@ -44,8 +44,9 @@ THROTTLE_ABOVE = 1000
 YOUNG_MS = 50
 #: A receiver that lost every race of a receive sleeps up to this (seconds)
 #: before looking again; one woken by changes that brought it nothing, at
-#: most this long before waiting again.
-BACKOFF = 0.001
+#: most this long before waiting again. (Not a retry delay of ``consume``,
+#: nor the pass-over of an unreadable message.)
+CONTENTION_PAUSE = 0.001
 #: On stores whose renames cost requests (object stores), the first lost claim
 #: already skips fewer than 2**COSTLY_SPREAD candidates ahead (then twice as far
 #: per loss in a row, up to 64): measured on moto with 4 consumers, lost claims
@@ -469,13 +470,13 @@ class Receiver:
                         # Lost every race: let the winners have this arrival and
                         # come back when more have arrived, instead of waking with
                         # every consumer at each one.
-                        time.sleep(min(remaining, random.uniform(0, BACKOFF)))
+                        time.sleep(min(remaining, random.uniform(0, CONTENTION_PAUSE)))
                         continue
                     if idle_wakes:
                         # Woken by changes that brought nothing (other consumers'
-                        # claims): look less often, up to every BACKOFF seconds,
+                        # claims): look less often, up to every CONTENTION_PAUSE s,
                         # or idle consumers starve the busy ones of CPU.
-                        time.sleep(min(remaining, BACKOFF * min(idle_wakes, 8) / 8))
+                        time.sleep(min(remaining, CONTENTION_PAUSE * min(idle_wakes, 8) / 8))
                     self._wait(deadline - time.monotonic())
                     idle_wakes += 1
         finally:
@@ -638,7 +639,7 @@ class Receiver:
 
     def _passes_over(self, message_id: str) -> bool:
         """Whether this receiver passes over the message now (for good, or
-        until the backoff of a read that failed ends)."""
+        until the pass-over after a read that failed ends)."""
         return message_id in self._passed_over or self._unreadable.waiting(
             message_id, self._clock.elapsed
         )
@@ -940,14 +941,14 @@ def _without_feed(listing: Listing, now_ms: int, seen_young: set[str]) -> Listin
 
 class Unreadable:
     """Messages whose body one receiver could not read (a permanent ``EIO``
-    or ``EACCES``, a store that fails one object): each is passed over until
-    its backoff ends, :data:`UNREADABLE_FIRST` seconds after its first
-    failure, doubled at each failure in a row up to :data:`UNREADABLE_MAX`,
-    so that the next receive takes the messages behind it. Its claim was
-    given back uncounted; other receivers try it on their own backoff."""
+    or ``EACCES``, a store that fails one object): each is passed over for
+    :data:`UNREADABLE_FIRST` seconds after its first failure, a pass-over
+    doubled at each failure in a row up to :data:`UNREADABLE_MAX`, so that
+    the next receive takes the messages behind it. Its claim was given back
+    uncounted; other receivers pass it over on their own failures only."""
 
     def __init__(self) -> None:
-        self._until: dict[str, tuple[float, float]] = {}  # id -> (until, backoff)
+        self._until: dict[str, tuple[float, float]] = {}  # id -> (until, pass-over)
 
     def __bool__(self) -> bool:
         """Whether any message is remembered as unreadable."""
@@ -961,7 +962,7 @@ class Unreadable:
 
     def update(self, failed: list[str], read: list[str], now: float) -> None:
         """Bodies of ``failed`` could not be read at ``now``; those of ``read``
-        were. Forgets a message whose backoff ended over UNREADABLE_MAX ago
+        were. Forgets a message whose pass-over ended over UNREADABLE_MAX ago
         (another receiver read it, or it is gone): its failures are no longer
         in a row."""
         if self._until:
@@ -972,8 +973,8 @@ class Unreadable:
             ]:
                 del self._until[message_id]
         for message_id in failed:
-            _, backoff = self._until.pop(message_id, (now, UNREADABLE_FIRST / 2))
-            backoff = min(2 * backoff, UNREADABLE_MAX)
-            self._until[message_id] = (now + backoff, backoff)
+            _, pass_over = self._until.pop(message_id, (now, UNREADABLE_FIRST / 2))
+            pass_over = min(2 * pass_over, UNREADABLE_MAX)
+            self._until[message_id] = (now + pass_over, pass_over)
         while len(self._until) > UNREADABLE_REMEMBERED:
             del self._until[next(iter(self._until))]

@@ -38,17 +38,10 @@ from ._config import positive_int
 from ._errors import QueueClosed, VsqsError
 from ._message import Body, DeadLettered, DeleteResult, Progress, QueueStats
 from ._move import move as sync_move
+from ._options import ConsumeOptions, RetryPolicy
 from ._receiver import CLOSE_WAKES
 from ._redrive import redrive as sync_redrive
-from ._worker import (
-    Backoff,
-    ConsumePacing,
-    FailureLog,
-    Run,
-    failure_log,
-    settle,
-    visibility_seconds,
-)
+from ._worker import ConsumePacing, FailureLog, Run, failure_log, settle
 
 log = logging.getLogger("vsqs")
 
@@ -292,17 +285,26 @@ class Queue:
 
         As :meth:`vsqs.Queue.consume`: while the handler runs, a heartbeat task
         extends the message every third of the visibility timeout; the message
-        is deleted when the handler returns, released after the backoff delay
+        is deleted when the handler returns, released after the retry delay
         (``retry_delay``, ``max_retry_delay``, ``jitter``) when it raises, and
         released at once if it is cancelled (the cancellation propagates).
         Failures are logged as there. Stops after ``max_messages``, after
         ``idle_timeout`` seconds in which no handler succeeded, or once
         ``stop`` is set.
         """
+        options = ConsumeOptions(
+            visibility_timeout,
+            max_messages,
+            idle_timeout,
+            stop,
+            retry_delay,
+            max_retry_delay,
+            jitter,
+        )
         queue = await self.open()
-        vt = visibility_seconds(queue, visibility_timeout)
-        backoff = Backoff(queue, retry_delay, max_retry_delay, jitter)
-        pacing = ConsumePacing(queue, max_messages, idle_timeout, stop)
+        plan = options.resolve(queue.config)
+        vt = plan.visibility_timeout
+        pacing = ConsumePacing(queue, plan)
         failures = failure_log(queue)
         run = Run()
         with sigterm_cancels(run):
@@ -313,7 +315,7 @@ class Queue:
                         continue
                     pacing.received()
                     run.held = message.sync
-                    ok = await self._handle(message, handler, vt, backoff, failures, run)
+                    ok = await self._handle(message, handler, vt, plan.retry, failures, run)
                     run.handled += 1
                     if ok:
                         run.succeeded += 1
@@ -340,7 +342,7 @@ class Queue:
         message: Message,
         handler: Handler,
         vt: float,
-        backoff: Backoff,
+        retry: RetryPolicy,
         failures: FailureLog,
         run: Run,
     ) -> bool:
@@ -356,7 +358,7 @@ class Queue:
                     heartbeat.cancel()
         except Exception as exc:
             run.held = None
-            delay = backoff.delay(message.receive_count)
+            delay = retry.delay(message.receive_count)
             failures.failed(message.sync, exc, delay)
             return await self._settle(message, failed=True, delay=delay)
         run.held = None
@@ -417,8 +419,9 @@ def _on_a_thread(fn: Callable[_P, _T]) -> Callable[_P, Coroutine[Any, Any, _T]]:
     return run
 
 
-#: :func:`vsqs.move` on a worker thread.
 move = _on_a_thread(sync_move)
+"""``await vsqs.aio.move(source, destination, ...)``: :func:`vsqs.move` (the
+same arguments) on a worker thread; ``progress`` is called there."""
 
 
 def _unwrap(msg_or_receipt: Message | str) -> _message.Message | str:
