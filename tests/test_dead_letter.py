@@ -27,8 +27,8 @@ import s3fs
 
 import vsqs
 from vsqs import _names as names
-from vsqs._dead_letter import MOVE_HOLD
 from vsqs._place import same_place
+from vsqs._redrive import MOVE_HOLD
 from vsqs.stores import _object as _store_object
 from vsqs.stores._object import ObjectStore
 from vsqs.stores._registry import open_store

@@ -37,6 +37,7 @@ from ._publish import Publisher, check_sizes
 from ._receiver import DEFAULT_MAX_POLL_INTERVAL, Receiver
 from ._settle import Settler
 from .stores._base import Store
+from .stores._location import is_sibling_name
 from .stores._registry import open_store
 
 
@@ -155,7 +156,7 @@ class Queue:
         """Where the config's ``dead_letter`` is: the sibling queue a name
         stands for, or the path or URL itself."""
         target = self.config.dead_letter
-        if target is None or "/" in target or "://" in target:
+        if target is None or not is_sibling_name(target):
             return target
         return self._store.sibling(target)
 

@@ -26,7 +26,7 @@ import functools
 import inspect
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from types import TracebackType
@@ -35,11 +35,12 @@ from typing import Any, ParamSpec, TypeVar
 from . import _message, _queue
 from ._aio_sigterm import sigterm_cancels
 from ._config import positive_int
-from ._dead_letter import redrive as sync_redrive
 from ._errors import QueueClosed, VsqsError
 from ._message import Body, DeadLettered, DeleteResult, Progress, QueueStats
+from ._move import move as sync_move
 from ._options import ConsumeOptions, RetryPolicy
 from ._receiver import CLOSE_WAKES
+from ._redrive import redrive as sync_redrive
 from ._worker import ConsumePacing, FailureLog, Run, failure_log, settle
 
 log = logging.getLogger("vsqs")
@@ -407,6 +408,22 @@ async def redrive(
     )
 
 
+def _on_a_thread(fn: Callable[_P, _T]) -> Callable[_P, Coroutine[Any, Any, _T]]:
+    """``fn`` as a coroutine function that runs it on a worker thread."""
+
+    @functools.wraps(fn)
+    async def run(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    run.__doc__ = f":func:`vsqs.{fn.__name__}` on a worker thread (callbacks are called there)."
+    return run
+
+
+move = _on_a_thread(sync_move)
+"""``await vsqs.aio.move(source, destination, ...)``: :func:`vsqs.move` (the
+same arguments) on a worker thread; ``progress`` is called there."""
+
+
 def _unwrap(msg_or_receipt: Message | str) -> _message.Message | str:
     return msg_or_receipt.sync if isinstance(msg_or_receipt, Message) else msg_or_receipt
 
@@ -422,4 +439,4 @@ def _give_back_unwanted(queue: _queue.Queue, future: Future[list[_message.Messag
         log.warning("%s: could not give back after a cancelled receive: %s", queue.url, exc)
 
 
-__all__ = ["Message", "Queue", "redrive"]
+__all__ = ["Message", "Queue", "move", "redrive"]
