@@ -278,9 +278,9 @@ def test_unreadable_messages_at_the_head_never_hide_the_messages_behind(
     use): when every one of them is a message this receiver passes over (a
     producer whose objects the consumer may not read), the messages behind
     them were never listed, and never received."""
-    from vsqs import _receiver
+    from vsqs import _view
 
-    monkeypatch.setattr(_receiver, "HEAD_NAMES", 3)
+    monkeypatch.setattr(_view, "HEAD_NAMES", 3)
     store = open_store(server.url(), server.storage_options)
     assert isinstance(store, ObjectStore)
     failing = FailingGets(store.io)
