@@ -36,8 +36,8 @@ HEAD_NAMES = 500
 class View:
     """One receiver's candidates and what it passes over; see the module docstring.
 
-    ``_lock`` guards the candidates: the methods whose docstring says so
-    expect their caller to hold it, the others take it.
+    ``_lock`` guards the candidates: every method that changes them either
+    takes it or says that its caller holds it.
     """
 
     def __init__(self, store: Store, clock: names.MsClock, new_grace_ms: int) -> None:
