@@ -14,6 +14,7 @@ import pytest
 
 import vsqs
 import vsqs.aio
+from vsqs import _candidates as candidates
 from vsqs import _receiver as receiver
 from vsqs.stores._registry import open_store
 from vsqs.testing import FakeClock
@@ -322,7 +323,7 @@ def test_a_closed_queue_raises_queue_closed_and_ends_its_long_polls_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Without a wake, the poll below would look again only after an hour.
-    monkeypatch.setattr(receiver, "STALE_AFTER", 3600.0)
+    monkeypatch.setattr(candidates, "STALE_AFTER", 3600.0)
 
     store = vsqs.LocalStore(str(tmp_path / "q"))
     waiting = threading.Event()
@@ -367,7 +368,7 @@ def test_closing_the_facade_ends_a_long_poll_on_a_polled_store_at_once(
     the facade's close() woke the store, which ended no such sleep, so the
     poll ran on to its next look (here an hour away; 2 s by default)."""
     monkeypatch.setattr(receiver, "POLL_INTERVAL", 3600.0)
-    monkeypatch.setattr(receiver, "STALE_AFTER", 3600.0)
+    monkeypatch.setattr(candidates, "STALE_AFTER", 3600.0)
     store = open_store(f"memory://vsqs-aio-{time.monotonic_ns()}/q", None)
     waiting = threading.Event()
     real_pause = store.pause

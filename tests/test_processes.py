@@ -38,7 +38,7 @@ import pytest
 
 import vsqs
 from vsqs import _names as names
-from vsqs._receiver import YOUNG_MS
+from vsqs._view import YOUNG_MS
 
 from . import _workers
 

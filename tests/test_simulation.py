@@ -314,9 +314,9 @@ _last_floor_wins = _with_line(
 #: Before issue 26 (class 6): a settled listing (``stats()``) finished
 #: abandoned moves, and counted the message at its source and its target.
 _a_settled_listing_finishes_moves = _with_line(
-    ObjectStore._settle,
-    "repair = not settle and self._ages.older(marker, modified, FINISH_AFTER)",
-    "repair = self._ages.older(marker, modified, FINISH_AFTER)",
+    ObjectStore._settle_move,
+    "repair = not settle and self._finishable(marker, modified)",
+    "repair = self._finishable(marker, modified)",
 )
 
 
@@ -423,7 +423,7 @@ MUTANTS: dict[str, tuple[tuple[object, str, object] | None, Callable[[int], Plan
     "no-origin-record": ((_dead_letter, "write_origin", _no_record), Plan),
     "last-floor-wins": ((ObjectStore, "list", _last_floor_wins), FAULT_PLANS["twin-batches"]),
     "a-settled-listing-finishes-moves": (
-        (ObjectStore, "_settle", _a_settled_listing_finishes_moves),
+        (ObjectStore, "_settle_move", _a_settled_listing_finishes_moves),
         Plan,
     ),
     "stats-counts-names": ((_inspect, "settled", _names_counted), Plan),

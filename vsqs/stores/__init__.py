@@ -28,7 +28,8 @@ from ._base import OutcomeUnknown, Store, TooLarge
 from ._fsspec import FsspecObjects
 from ._local import LocalStore
 from ._memory import MemoryStore
-from ._object import ObjectIO, ObjectStore
+from ._object import ObjectStore
+from ._object_io import ObjectIO
 from ._registry import ENTRY_POINT_GROUP, Opener, register_scheme, unregister_scheme
 
 __all__ = [
