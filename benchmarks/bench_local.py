@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import vsqs
-from vsqs._receiver import STALE_AFTER, YOUNG_MS
+from vsqs._candidates import STALE_AFTER
+from vsqs._view import YOUNG_MS
 
 BODY = b"x" * 100
 ctx = multiprocessing.get_context("spawn")

@@ -4,8 +4,8 @@ What it tries to break: every function that turns untrusted text into a name
 or a path, without doing I/O:
 
 * ``vsqs._names.parse``, ``parse_receipt``, ``is_receipt``, ``validate_queue_name``;
-* ``vsqs.stores._registry._check_components`` and ``_url_path`` (object-store URLs are
-  checked before any filesystem object is made), ``_location_text``, and
+* ``vsqs.stores._location.check_components`` and ``url_path`` (object-store URLs are
+  checked before any filesystem object is made), ``location_text``, and
   ``open_store`` on local paths and ``file://`` URLs (it only builds a
   ``LocalStore``; object-store URLs are not passed to it, since fsspec may
   contact a server while building some filesystems).
@@ -51,6 +51,7 @@ from tests.test_names import rebuilt
 with atheris.instrument_imports():
     from vsqs import _names as names
     from vsqs._errors import VsqsError
+    from vsqs.stores import _location as location
     from vsqs.stores import _registry as registry
     from vsqs.stores._local import LocalStore
 
@@ -175,11 +176,11 @@ def _check_names(text: str) -> None:
 
 def _check_url(text: str) -> None:
     try:
-        last = registry._check_components(text)
+        last = location.check_components(text)
     except VsqsError:
         return
     assert "/" not in last and last not in (".", ".."), (text, last)
-    assert registry._url_path(text).endswith(last)
+    assert location.url_path(text).endswith(last)
 
 
 def _check_local(text: str) -> None:
@@ -202,10 +203,10 @@ def test_one_input(data: bytes) -> None:
     _check_url(text)
     _check_local(text)
     try:
-        location = registry._location_text(text, "fuzzed location")
+        checked = location.location_text(text, "fuzzed location")
     except VsqsError:
         return
-    assert "\x00" not in location and location.strip()
+    assert "\x00" not in checked and checked.strip()
 
 
 def main() -> None:

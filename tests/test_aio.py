@@ -13,6 +13,7 @@ import pytest
 
 import vsqs
 import vsqs.aio
+from vsqs import _candidates as candidates
 from vsqs import _receiver as receiver
 from vsqs.stores._registry import open_store
 from vsqs.testing import FakeClock
@@ -47,27 +48,33 @@ def test_concurrent_producers_and_consumers_deliver_each_message_once(tmp_path: 
 
 
 def test_a_long_poll_does_not_block_the_event_loop(tmp_path: Path) -> None:
-    async def main() -> tuple[int, bytes | None]:
+    """Eight long polls wait in threads: the loop keeps ticking while all of
+    them wait, and the one message sent meanwhile goes to exactly one."""
+
+    async def main() -> None:
         async with vsqs.aio.Queue(tmp_path / "q") as q:
-            ticks = 0
+            ticked = asyncio.Event()
 
             async def ticker() -> None:
-                nonlocal ticks
-                while True:
+                for _ in range(20):
                     await asyncio.sleep(0.01)
-                    ticks += 1
+                ticked.set()
 
-            ticking = asyncio.create_task(ticker())
-            waiting = [asyncio.create_task(q.receive(wait=1.0)) for _ in range(8)]
-            await asyncio.sleep(0.5)
+            waiting = [asyncio.create_task(q.receive(wait=60.0)) for _ in range(8)]
+            await asyncio.gather(ticker(), asyncio.sleep(0))
+            assert ticked.is_set() and not any(w.done() for w in waiting), (
+                "the loop ticked only once the long polls had ended: something blocked it"
+            )
             await q.send(b"late")
-            got = [m for m in await asyncio.gather(*waiting) if m is not None]
-            ticking.cancel()
-            return ticks, got[0].body if len(got) == 1 else None
+            done, pending = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            got = [t.result() for t in done]
+            for task in pending:
+                task.cancel()
+            after = await asyncio.gather(*pending, return_exceptions=True)
+            assert [m.body for m in got if m is not None] == [b"late"]
+            assert not [m for m in after if isinstance(m, vsqs.Message)], "two got the message"
 
-    ticks, body = asyncio.run(main())
-    assert body == b"late", "exactly one of the waiting receives gets the message"
-    assert ticks >= 20, f"the loop ticked {ticks} times in 0.5 s: something blocked it"
+    asyncio.run(main())
 
 
 class HeldRead(vsqs.LocalStore):
@@ -317,7 +324,7 @@ def test_a_closed_queue_raises_queue_closed_and_ends_its_long_polls_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Without a wake, the poll below would look again only after an hour.
-    monkeypatch.setattr(receiver, "STALE_AFTER", 3600.0)
+    monkeypatch.setattr(candidates, "STALE_AFTER", 3600.0)
 
     store = WaitingStore(str(tmp_path / "q"))
 
@@ -356,7 +363,7 @@ def test_closing_the_facade_ends_a_long_poll_on_a_polled_store_at_once(
     the facade's close() woke the store, which ended no such sleep, so the
     poll ran on to its next look (here an hour away; 2 s by default)."""
     monkeypatch.setattr(receiver, "POLL_INTERVAL", 3600.0)
-    monkeypatch.setattr(receiver, "STALE_AFTER", 3600.0)
+    monkeypatch.setattr(candidates, "STALE_AFTER", 3600.0)
     store = open_store(f"memory://vsqs-aio-{time.monotonic_ns()}/q", None)
     waiting = threading.Event()
     real_pause = store.pause

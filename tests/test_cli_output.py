@@ -159,7 +159,7 @@ def test_demo_uses_a_queue_of_its_own_and_leaves_others_alone(tmp_path: Path) ->
 #: before the store gives up.
 NOISY_STORE = """
 import logging, sys
-import vsqs, vsqs.cli._app, vsqs.stores
+import vsqs, vsqs.cli, vsqs.stores
 
 def noisy(url, options):
     try:
@@ -169,7 +169,7 @@ def noisy(url, options):
     raise vsqs.StorageError(f"opening {url}: connect call failed")
 
 vsqs.stores.register_scheme("noisy", noisy)
-vsqs.cli._app.run(sys.argv[1:])
+vsqs.cli.run(sys.argv[1:])
 """
 
 

@@ -43,7 +43,7 @@ import pytest
 
 import vsqs
 from vsqs import _names as names
-from vsqs.stores import _object as _store_object
+from vsqs.stores import _object, _object_io, _probe
 from vsqs.stores._object import ObjectStore
 from vsqs.stores._registry import open_store
 
@@ -423,8 +423,9 @@ def test_the_offset_to_the_stores_clock_is_warned_about_and_corrects_every_expir
         time = staticmethod(host)
         monotonic = staticmethod(steady)
 
-    monkeypatch.setattr(_store_object, "time", HostTime)
-    monkeypatch.setattr(_store_object, "_PROBED", {})  # probe again, on this host's clock
+    monkeypatch.setattr(_object, "time", HostTime)
+    monkeypatch.setattr(_object_io, "time", HostTime)
+    monkeypatch.setattr(_probe, "_PROBED", {})  # probe again, on this host's clock
     url = s3_server.url()
     before = time.time()
     with (

@@ -27,9 +27,9 @@ import s3fs
 
 import vsqs
 from vsqs import _names as names
-from vsqs._dead_letter import MOVE_HOLD
 from vsqs._place import same_place
-from vsqs.stores import _object as _store_object
+from vsqs._redrive import MOVE_HOLD
+from vsqs.stores import _moves
 from vsqs.stores._object import ObjectStore
 from vsqs.stores._registry import open_store
 from vsqs.testing import FakeClock
@@ -378,7 +378,7 @@ def test_a_move_in_never_gives_a_second_copy_the_id_of_a_copy_being_moved(
         vsqs.Queue(dlq_store, clock=clock) as dlq,
     ):
         poison = dlq.send(b"poison")
-        cut = Interleave(dlq_store.io, on("create", ".1.1" + _store_object.MOVED_SUFFIX), die)
+        cut = Interleave(dlq_store.io, on("create", ".1.1" + _moves.MOVED_SUFFIX), die)
         with vsqs.Queue(ObjectStore(cut), clock=clock) as dying, pytest.raises(Crash):
             vsqs.redrive(dying, jobs)  # dies at its ack in the dead-letter queue
         held = jobs.receive(visibility_timeout=600)

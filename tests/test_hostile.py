@@ -437,7 +437,7 @@ def test_any_dead_letter_setting_is_refused_or_used_without_leaving_the_sandbox(
 
 
 def test_a_location_with_surrogates_or_an_empty_file_url_is_refused(sandbox: Sandbox) -> None:
-    """Regression (fixed in vsqs/stores/_registry.py): ``file://`` opened the working
+    """Regression (fixed in vsqs/stores/_location.py): ``file://`` opened the working
     directory as a queue, and a lone surrogate raised ``UnicodeEncodeError``."""
     for location in ["file://", "file://  ", "\ud800/q", "file://\ud800/q", "memory://\ud800/q"]:
         for call in (vsqs.Queue, vsqs.list_queues):

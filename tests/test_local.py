@@ -12,7 +12,8 @@ import pytest
 
 import vsqs
 from vsqs import _names as names
-from vsqs._receiver import STALE_AFTER, YOUNG_MS
+from vsqs._candidates import STALE_AFTER
+from vsqs._view import YOUNG_MS
 from vsqs.testing import FakeClock, QueueTests, StoreTests
 
 from .support.backends import BY_ID, OnBackend

@@ -23,9 +23,12 @@ import pytest
 
 import vsqs
 from vsqs import _names as names
-from vsqs.stores import _object as _store_object
+from vsqs.stores import _probe
 from vsqs.stores._clock import CLOCK_BOUND, RETRY, WINDOW, StoreClock, StoreOffset, store_offset
-from vsqs.stores._object import FINISH_AFTER, ObjectIO, ObjectStore
+from vsqs.stores._moves import FINISH_AFTER
+from vsqs.stores._object import ObjectStore
+from vsqs.stores._object_io import ObjectIO
+from vsqs.stores._probe import probe
 from vsqs.testing import FakeClock
 
 from .support.backends import params, select
@@ -100,7 +103,7 @@ def test_a_fast_lister_leaves_a_live_probe_alone(server: Server) -> None:
     probing = ObjectStore(
         Interleave(plain.io, on("create", "vsqs-probe."), fast_lister_lists, after=True)
     )
-    found = probing._run_probe()
+    found = probe(probing.io)
     assert found.exclusive_create, found.refusal
 
 
@@ -482,7 +485,7 @@ def test_a_store_whose_date_and_listed_times_disagree_is_refused(
     """vsqs reads the store's clock from ``Date`` headers and listed times as
     one clock: where they disagree by more than the bound for an object it
     created, the probe refuses the store in one line."""
-    monkeypatch.setattr(_store_object, "_PROBED", {})
+    monkeypatch.setattr(_probe, "_PROBED", {})
     plain = object_store(memory_server, "dates")
     with pytest.raises(vsqs.UnsupportedStore, match="Date header") as raised:
         vsqs.Queue(ObjectStore(DateAhead(plain.io)))

@@ -27,8 +27,9 @@ import pytest
 
 import vsqs
 from vsqs import _names as names
-from vsqs.stores import _object as _store_object
-from vsqs.stores._object import ObjectIO, ObjectStore
+from vsqs.stores import _moves
+from vsqs.stores._object import ObjectStore
+from vsqs.stores._object_io import ObjectIO
 from vsqs.stores._registry import open_store
 from vsqs.testing import FakeClock
 
@@ -60,7 +61,7 @@ def server(request: pytest.FixtureRequest) -> Server:
 
 @pytest.fixture(autouse=True)
 def finish_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_store_object, "FINISH_AFTER", -1.0)
+    monkeypatch.setattr(_moves, "FINISH_AFTER", -1.0)
 
 
 def run_with_fault(
@@ -190,9 +191,9 @@ def test_unreadable_messages_at_the_head_never_hide_the_messages_behind(
     use): when every one of them is a message this receiver passes over (a
     producer whose objects the consumer may not read), the messages behind
     them were never listed, and never received."""
-    from vsqs import _receiver
+    from vsqs import _view
 
-    monkeypatch.setattr(_receiver, "HEAD_NAMES", 3)
+    monkeypatch.setattr(_view, "HEAD_NAMES", 3)
     store = open_store(server.url(), server.storage_options)
     assert isinstance(store, ObjectStore)
     failing = FailingGets(store.io)

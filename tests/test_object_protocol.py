@@ -27,8 +27,10 @@ import vsqs
 from vsqs import _names as names
 from vsqs._inspect import RESTAMP_AFTER
 from vsqs._publish import commit, stage, unstage
-from vsqs.stores import _object as _store_object
-from vsqs.stores._object import BATCH, MOVED_SUFFIX, ObjectIO, ObjectStore
+from vsqs.stores import _moves, _object, _object_io, _probe
+from vsqs.stores._moves import BATCH, MOVED_SUFFIX
+from vsqs.stores._object import ObjectStore
+from vsqs.stores._object_io import ObjectIO
 from vsqs.stores._registry import open_store
 from vsqs.testing import FakeClock
 
@@ -512,7 +514,7 @@ def test_class_4_a_redriven_message_is_delivered_whatever_its_last_stay_left(
         clock.advance(1)
         assert two.receive() is None  # dead-lettered
         assert vsqs.redrive(url.replace("/jobs", "/jobs-dlq"), url, storage_options=options) == 1
-        clock.advance(_store_object.FINISH_AFTER + 1)
+        clock.advance(_moves.FINISH_AFTER + 1)
         back = one.receive() or two.receive()
         assert back is not None and back.id == poison and back.receive_count == 1
 
@@ -558,7 +560,7 @@ def test_class_6_an_extend_back_to_an_earlier_expiry_keeps_the_message(
     its delete. The message lives on, once, and the extend's receipt is current
     (format 1 gave the same name twice, and the lister took R1's old marker
     for an abandoned move)."""
-    monkeypatch.setattr(_store_object, "FINISH_AFTER", -1.0)  # every marker is finished
+    monkeypatch.setattr(_moves, "FINISH_AFTER", -1.0)  # every marker is finished
     store = object_store(memory_server)
     clock = FakeClock(float(int(time.time())))  # whole seconds: expiries in exact ms
 
@@ -608,7 +610,7 @@ def test_class_7_no_message_is_hidden_for_ever(memory_server: Server) -> None:
         back = source.receive()
         assert back is not None and back.id == message_id
         back.delete()
-        clock.advance(_store_object.FINISH_AFTER + 1)
+        clock.advance(_moves.FINISH_AFTER + 1)
         source.gc()
     assert raw_names(store) == [names.CONFIG_NAME], raw_names(store)
 
@@ -688,7 +690,7 @@ def test_class_9_stats_and_purge_see_a_message_whose_claimer_died_after_its_mark
             vsqs.Queue(dying, clock=clock).receive()
         stats = q.stats()
         assert stats.ready + stats.in_flight == 2, stats
-        clock.advance(_store_object.FINISH_AFTER + 1)  # the crashed move may now be finished
+        clock.advance(_moves.FINISH_AFTER + 1)  # the crashed move may now be finished
         assert q.purge() == 2
         assert raw_names(store) == [names.CONFIG_NAME]
 
@@ -727,7 +729,7 @@ def test_class_9_stats_counts_an_abandoned_move_once_and_changes_nothing(
         ]
         for seen in (store, dlq):  # memory:// tells no Date: ages count from a listing
             list(seen.list(settle=True))
-        clock.advance(_store_object.FINISH_AFTER + 1)  # the moves may be finished now
+        clock.advance(_moves.FINISH_AFTER + 1)  # the moves may be finished now
         before = raw_names(store), raw_names(dlq)
         stats = q.stats()
         assert (counted(stats), stats.dead_letter) == (1, 1), stats
@@ -846,7 +848,7 @@ def test_a_restamped_commit_cut_short_anywhere_publishes_each_row_once_or_never_
         assert error is not None or mode == "lost", f"request {fault_at} did not fail"
         unstage(store, staged)  # the abort
         list(store.list(settle=True))  # memory:// tells no Date: ages count from a listing
-        clock.advance(_store_object.FINISH_AFTER + 1)
+        clock.advance(_moves.FINISH_AFTER + 1)
         with vsqs.Queue(store, clock=clock) as q:
             q.gc()
         published = [n for n in store.list() if names.parse(n)]
@@ -897,7 +899,7 @@ def test_a_young_marker_hides_its_message_until_the_move_finishes(
     store.io.create(sent + MOVED_SUFFIX, f"{target}\nslow-client".encode())
     assert list(store.list()) == [names.CONFIG_NAME]
     assert sorted(store.list(settle=True)) == sorted([names.CONFIG_NAME, sent])
-    monkeypatch.setattr(_store_object, "FINISH_AFTER", -1.0)
+    monkeypatch.setattr(_moves, "FINISH_AFTER", -1.0)
     assert sorted(store.list()) == sorted([names.CONFIG_NAME, target])  # it finishes the move
     store.close()  # deletes the spent marker
     assert raw_names(store) == sorted([names.CONFIG_NAME, target])
@@ -912,7 +914,7 @@ def test_a_slow_mover_whose_move_a_lister_finished_holds_nothing(
     it the move was its own: the target may have moved on since), so the
     receive returns nothing and says so; the message comes back at the
     target's expiry."""
-    monkeypatch.setattr(_store_object, "FINISH_AFTER", -1.0)
+    monkeypatch.setattr(_moves, "FINISH_AFTER", -1.0)
     store = object_store(memory_server)
     clock = FakeClock(float(int(time.time())))  # whole ms expiries
 
@@ -940,7 +942,7 @@ def test_a_slow_extend_that_a_lister_finished_is_not_reported_stale(
     The extend did take effect: it must not say ``ReceiptExpired`` (which
     tells the holder its receipt had been stale, i.e. that its old, longer
     hold was still what stood), but that its outcome is unknown."""
-    monkeypatch.setattr(_store_object, "FINISH_AFTER", -1.0)
+    monkeypatch.setattr(_moves, "FINISH_AFTER", -1.0)
     store = object_store(memory_server)
     clock = FakeClock(float(int(time.time())))
 
@@ -1002,7 +1004,7 @@ def test_a_split_listing_never_collects_a_live_marker(memory_server: Server) -> 
     target = names.invisible_name(message_id, 1_700_000_009_000, 1, 1)
     store.io.create(message_id, b"body")
     store.io.create(message_id + MOVED_SUFFIX, f"{target}\nother-client".encode())
-    old = time.time() - 2 * _store_object.FINISH_AFTER
+    old = time.time() - 2 * _moves.FINISH_AFTER
     assert store._settle([(message_id + MOVED_SUFFIX, old)], False) == []
     store.close()
     assert message_id + MOVED_SUFFIX in raw_names(store), "a live marker was collected"
@@ -1074,7 +1076,7 @@ def test_a_marker_that_is_not_ours_never_finishes_anything(
 ) -> None:
     """A foreign object named like a marker (its content names no message of the
     id) hides its source but is never taken for a move to finish."""
-    monkeypatch.setattr(_store_object, "FINISH_AFTER", -1.0)
+    monkeypatch.setattr(_moves, "FINISH_AFTER", -1.0)
     store = object_store(memory_server)
     with vsqs.Queue(store) as q:
         sent = q.send(b"x")
@@ -1123,8 +1125,9 @@ def test_a_host_clock_far_from_the_stores_is_warned_about(
         def time() -> float:
             return time.time() - 30  # this host runs 30 s behind the store
 
-    monkeypatch.setattr(_store_object, "time", SkewedTime)
-    found = object_store(s3_server)._run_probe()  # the cached probe ran on the true clock
+    monkeypatch.setattr(_object, "time", SkewedTime)
+    monkeypatch.setattr(_object_io, "time", SkewedTime)
+    found = _probe.probe(object_store(s3_server).io)  # the cached probe ran on the true clock
     assert found.clock_offset is not None and 29 < found.clock_offset < 31
     assert re.search(r"this host's clock is -(29|30)\.\d s off the store's", caplog.text)
 
@@ -1139,7 +1142,7 @@ def test_gc_repairs_and_reports_what_a_crash_at_any_request_left(
     reports them, and leaves at most one name of the message; a second
     ``gc()`` finds nothing to do."""
     for crash_at in itertools.count(1):
-        monkeypatch.setattr(_store_object, "FINISH_AFTER", 10.0)
+        monkeypatch.setattr(_moves, "FINISH_AFTER", 10.0)
         store = object_store(memory_server)
         faulty = FaultyIO(store.io, "crash", None)
         with vsqs.Queue(store) as healthy, vsqs.Queue(ObjectStore(faulty)) as dying:
@@ -1161,7 +1164,7 @@ def test_gc_repairs_and_reports_what_a_crash_at_any_request_left(
             finally:
                 faulty.fault_at = None
         markers = {n for n in raw_names(store) if n.endswith(MOVED_SUFFIX)}
-        monkeypatch.setattr(_store_object, "FINISH_AFTER", -1.0)  # as if long ago
+        monkeypatch.setattr(_moves, "FINISH_AFTER", -1.0)  # as if long ago
         with vsqs.Queue(ObjectStore(store.io)) as fresh:
             repaired = fresh.gc()
             assert markers <= set(repaired), f"crash at {crash_at}: unreported {markers}"
@@ -1181,11 +1184,11 @@ def test_gc_removes_the_probe_of_a_client_killed_mid_probe_once_old(
     between its create and its delete leaves it (found by the chaos run)."""
     store = object_store(memory_server)
     vsqs.Queue(store).close()
-    leftover = f"{_store_object.PROBE_PREFIX}0123456789abcdef"
+    leftover = f"{_probe.PROBE_PREFIX}0123456789abcdef"
     store.io.create(leftover, b"1")
     with vsqs.Queue(ObjectStore(store.io)) as q:
         assert q.gc() == [], "a probe that may be under way was removed"
         assert leftover in raw_names(store)
-        monkeypatch.setattr(_store_object, "FINISH_AFTER", -1.0)
+        monkeypatch.setattr(_moves, "FINISH_AFTER", -1.0)
         assert q.gc() == [leftover]
         assert raw_names(store) == [names.CONFIG_NAME]

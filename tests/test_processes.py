@@ -34,7 +34,7 @@ import pytest
 
 import vsqs
 from vsqs import _names as names
-from vsqs._receiver import YOUNG_MS
+from vsqs._view import YOUNG_MS
 
 from .support import workers
 from .support.races import check_race, ctx, queue_files, read_sent, run_race, running

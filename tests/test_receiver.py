@@ -11,8 +11,9 @@ import pytest
 import vsqs
 from vsqs import _names as names
 from vsqs import _receiver
+from vsqs._candidates import STALE_AFTER, skip_bound
 from vsqs._publish import Publisher
-from vsqs._receiver import IDLE_AFTER, POLL_INTERVAL, STALE_AFTER, Receiver, skip_bound
+from vsqs._receiver import IDLE_AFTER, POLL_INTERVAL, Receiver
 from vsqs.testing import FakeClock
 
 from .support.servers import Server
@@ -281,7 +282,7 @@ def test_an_unreadable_message_is_forgotten_once_its_failures_are_not_in_a_row()
     """A message another receiver read (or that is gone) stays in this
     receiver's memory of unreadable messages only until its backoff ended
     UNREADABLE_MAX ago; then every receive skips that bookkeeping again."""
-    from vsqs._receiver import UNREADABLE_FIRST, UNREADABLE_MAX, Unreadable
+    from vsqs._candidates import UNREADABLE_FIRST, UNREADABLE_MAX, Unreadable
 
     unreadable = Unreadable()
     unreadable.update(["m"], [], now=100.0)

@@ -73,7 +73,7 @@ import pytest
 
 import vsqs
 from vsqs import _names as names
-from vsqs.stores import _object as _store_object
+from vsqs.stores import _moves
 from vsqs.stores._object import ObjectStore
 from vsqs.stores._registry import open_store
 from vsqs.testing import FakeClock
@@ -90,7 +90,7 @@ ATTEMPTS = 2
 S3FS_RETRIES = 1
 #: Runs in flight at once, each on its own proxy and client.
 WORKERS = 6
-DEFAULT_FINISH_AFTER = _store_object.FINISH_AFTER
+DEFAULT_FINISH_AFTER = _moves.FINISH_AFTER
 
 
 def client_options(server: Server, endpoint: str) -> dict[str, Any]:
@@ -122,8 +122,8 @@ def call_site(exchange: Exchange) -> tuple[str, str, str, str]:
     if len(parts) == 1:
         return exchange.method, "bucket", "", condition
     key = unquote(parts[-1])
-    marker = key.endswith(_store_object.MOVED_SUFFIX)
-    parsed = names.parse(key.removesuffix(_store_object.MOVED_SUFFIX))
+    marker = key.endswith(_moves.MOVED_SUFFIX)
+    parsed = names.parse(key.removesuffix(_moves.MOVED_SUFFIX))
     kind = "config" if parsed is None else str(parsed.state) + (" marker" if marker else "")
     return exchange.method, kind, parts[-2], condition
 
@@ -229,7 +229,7 @@ def check(runs: list[Run]) -> None:
 def finish_at_once() -> Iterator[None]:
     """Moves left unfinished are finished by the first lister (harsher than the default)."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_store_object, "FINISH_AFTER", -1.0)
+        patch.setattr(_moves, "FINISH_AFTER", -1.0)
         yield
 
 
@@ -423,7 +423,7 @@ def slow_claims(proxy: FaultProxy, delay: float) -> None:
         1,
         every=True,
         delay=delay,
-        where=lambda method, path: method == "PUT" and path.endswith(_store_object.MOVED_SUFFIX),
+        where=lambda method, path: method == "PUT" and path.endswith(_moves.MOVED_SUFFIX),
     )
 
 
@@ -438,7 +438,7 @@ def test_a_client_with_slow_claims_never_holds_a_message_together_with_another(
     never overlap, every claim has a receive count of its own, and a re-claim
     comes after the expiry written in the previous receipt."""
     if finish_after == "default":
-        monkeypatch.setattr(_store_object, "FINISH_AFTER", DEFAULT_FINISH_AFTER)
+        monkeypatch.setattr(_moves, "FINISH_AFTER", DEFAULT_FINISH_AFTER)
     vt = run_for = 0.0  # set once the machine's speed is known, below
     url = s3_server.url()
     endpoint = s3_server.storage_options["client_kwargs"]["endpoint_url"]

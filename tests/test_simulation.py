@@ -15,7 +15,7 @@ clients on a simulated bucket, each judged by the oracle.
   cut short; batches of ``vsqs move``; Spark writes (stage, then commit or
   abort, also after ``RESTAMP_AFTER``).
 * Named regression schedules: the seeds at which the simulation found each
-  class of failure of format 1 by itself (``docs/reliability.md``).
+  class of failure of format 1 by itself (``benchmarks/RESULTS.md``).
 * The simulation itself is checked: a seed replays to the same schedule, in
   this process and in another; and the oracle catches the bugs of planted
   mutants of the protocol (a test that could not fail would prove nothing).
@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 
 import vsqs
-from vsqs import _dead_letter, _inspect, _publish, _queue
+from vsqs import _dead_letter, _inspect, _publish, _settle
 from vsqs import _names as names
 from vsqs._dead_letter import Origin
 from vsqs._errors import storage_errors
@@ -152,7 +152,7 @@ def test_random_schedules_with_assumptions_varied_keep_every_promise(plan: str) 
     assert not failed, "\n".join(str(r) for r in failed) + f"\nreplay: PLANS[{plan!r}](seed)"
 
 
-#: Seeds at which the simulation, run on format 1 (``docs/reliability.md``
+#: Seeds at which the simulation, run on format 1 (``benchmarks/RESULTS.md``
 #: says how), broke each promise by itself, and two it found in format 2 while
 #: it was written. Format 2 makes other requests, so a seed replays its
 #: workload and fault rates here, not the format-1 schedule.
@@ -314,9 +314,9 @@ _last_floor_wins = _with_line(
 #: Before issue 26 (class 6): a settled listing (``stats()``) finished
 #: abandoned moves, and counted the message at its source and its target.
 _a_settled_listing_finishes_moves = _with_line(
-    ObjectStore._settle,
-    "repair = not settle and self._ages.older(marker, modified, FINISH_AFTER)",
-    "repair = self._ages.older(marker, modified, FINISH_AFTER)",
+    ObjectStore._settle_move,
+    "repair = not settle and self._finishable(marker, modified)",
+    "repair = self._finishable(marker, modified)",
 )
 
 
@@ -413,7 +413,7 @@ MUTANTS: dict[str, tuple[tuple[object, str, object] | None, Callable[[int], Plan
         FAULT_PLANS["read-errors"],
     ),
     "a-failed-record-delete-fails-the-ack": (
-        (_queue, "remove_records", _a_failed_record_delete_fails_the_ack),
+        (_settle, "remove_records", _a_failed_record_delete_fails_the_ack),
         FAULT_PLANS["dead-letter-acks"],
     ),
     "one-record-name-per-id": (
@@ -423,7 +423,7 @@ MUTANTS: dict[str, tuple[tuple[object, str, object] | None, Callable[[int], Plan
     "no-origin-record": ((_dead_letter, "write_origin", _no_record), Plan),
     "last-floor-wins": ((ObjectStore, "list", _last_floor_wins), FAULT_PLANS["twin-batches"]),
     "a-settled-listing-finishes-moves": (
-        (ObjectStore, "_settle", _a_settled_listing_finishes_moves),
+        (ObjectStore, "_settle_move", _a_settled_listing_finishes_moves),
         Plan,
     ),
     "stats-counts-names": ((_inspect, "settled", _names_counted), Plan),

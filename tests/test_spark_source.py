@@ -26,7 +26,7 @@ import pytest
 import vsqs
 from vsqs import _names as names
 from vsqs import _publish
-from vsqs.stores import _object as _store_object
+from vsqs.stores import _moves
 from vsqs.stores._object import ObjectStore
 
 pyspark = pytest.importorskip("pyspark", reason="the spark extra is part of .[test]")
@@ -242,7 +242,7 @@ def test_a_restamped_commit_that_fails_publishes_each_row_once_or_never_and_leav
         store = _read.open_existing(options)
         assert isinstance(store, ObjectStore)
         with monkeypatch.context() as long_after:  # every move left half done is old
-            long_after.setattr(_store_object, "FINISH_AFTER", -1.0)
+            long_after.setattr(_moves, "FINISH_AFTER", -1.0)
             with vsqs.Queue(ObjectStore(store.io)) as q:
                 q.gc()
                 got = Counter(bytes(m.body).decode() for m in q.peek(10))

@@ -147,6 +147,30 @@ def test_the_command_reaches_an_installed_plugin(plugin: Path, tmp_path: Path) -
     assert got.stdout.strip() == "hello"
 
 
+def test_a_third_party_store_refuses_a_read_with_the_exported_too_large(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``TooLarge`` is part of the ``Store`` contract (``read_limited``), so a
+    store outside the package raises it from ``vsqs.stores``: the queue passes
+    over that message with a warning and receives the one behind it."""
+
+    class CappedStore(vsqs.stores.MemoryStore):
+        def read_limited(self, name: str, limit: int) -> bytes:
+            data = self.read(name)
+            if data.startswith(b"huge"):
+                raise vsqs.stores.TooLarge(name, None, limit)
+            return data
+
+    q = vsqs.Queue(CappedStore("capped"))
+    q.send(b"huge body")
+    q.send(b"small body")
+    with caplog.at_level("WARNING", logger="vsqs"):
+        got = q.receive()
+        assert got is not None and got.body == b"small body"
+        assert [m.body for m in q.peek(10)] == []
+    assert "too large" in caplog.text
+
+
 # ------------------------------------------------------------------ Spark
 SPARK_JOB = """
 import json, sys

@@ -10,7 +10,6 @@ message is a file whose name is its state.
 
 from __future__ import annotations
 
-from ._dead_letter import redrive
 from ._errors import (
     ClockSkew,
     InvalidArgument,
@@ -29,8 +28,10 @@ from ._errors import (
     VsqsError,
 )
 from ._message import DeadLettered, DeleteResult, Message, QueueStats
+from ._move import move
 from ._names import FORMAT_VERSION
 from ._queue import Queue
+from ._redrive import redrive
 from .stores._base import Store
 from .stores._local import LocalStore
 from .stores._memory import MemoryStore
@@ -64,6 +65,7 @@ __all__ = [
     "UnsupportedStore",
     "VsqsError",
     "list_queues",
+    "move",
     "redrive",
 ]
 

@@ -16,7 +16,7 @@ N = TypeVar("N", int, float)
 
 DEFAULT_VISIBILITY_TIMEOUT = 30.0
 #: A failed ``consume`` handler's message is retried after ``retry_delay``,
-#: doubling per receive up to ``max_retry_delay`` (seconds; see ``_worker.Backoff``).
+#: doubling per receive up to ``max_retry_delay`` (seconds; see ``_options.RetryPolicy``).
 DEFAULT_RETRY_DELAY = 1.0
 DEFAULT_MAX_RETRY_DELAY = 300.0
 #: The smallest ``retry_delay``: a failing message is never retried sooner
@@ -148,6 +148,23 @@ class QueueConfig:
             raise InvalidArgument("dead_letter must be a queue name, path or URL (str)")
         if (self.max_receives is None) != (self.dead_letter is None):
             raise InvalidArgument("max_receives and dead_letter go together: give both or neither")
+
+    @classmethod
+    def create(cls, requested: dict[str, Any]) -> QueueConfig:
+        """The config of a queue this process creates: each setting from
+        ``requested`` (the creator's arguments; ``None``: not given), else its
+        ``VSQS_*`` environment variable, else the built-in default."""
+        defaults = {
+            "visibility_timeout": env_seconds(ENV_VISIBILITY_TIMEOUT, DEFAULT_VISIBILITY_TIMEOUT),
+            "retry_delay": retry_seconds(
+                env_seconds(ENV_RETRY_DELAY, DEFAULT_RETRY_DELAY), ENV_RETRY_DELAY
+            ),
+            "max_retry_delay": retry_seconds(
+                env_seconds(ENV_MAX_RETRY_DELAY, DEFAULT_MAX_RETRY_DELAY), ENV_MAX_RETRY_DELAY
+            ),
+            "max_message_size": env_size(ENV_MAX_MESSAGE_SIZE, DEFAULT_MAX_MESSAGE_SIZE),
+        }
+        return cls(**defaults | {k: v for k, v in requested.items() if v is not None})
 
     def to_json(self) -> bytes:
         doc = {"format": FORMAT_VERSION, **asdict(self)}

@@ -1,5 +1,6 @@
 """Dead letters: moving a message received too often into another queue, with
-a record of where it came from, and :func:`redrive`, which moves them back.
+a record of where it came from (:func:`vsqs.redrive`, in :mod:`._redrive`,
+moves them back).
 
 A move publishes the message in the target queue first and removes it at its
 source second, so a crash between the two leaves a copy in both (at least
@@ -19,33 +20,21 @@ import logging
 import math
 import os
 from collections.abc import Callable
-from contextlib import ExitStack, suppress
+from contextlib import suppress
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import NamedTuple, Protocol
 
 from . import _names as names
-from ._errors import (
-    InvalidArgument,
-    InvalidQueueName,
-    QueueNotFound,
-    ReceiptExpired,
-    StorageError,
-    storage_errors,
-)
+from ._errors import InvalidArgument, InvalidQueueName, QueueNotFound, StorageError, storage_errors
 from ._inspect import message_count
-from ._message import DeadLettered, Message, Progress, read_record
-from ._place import refuse_same
+from ._message import DeadLettered, read_record
 from ._publish import publish
 from .stores._base import Store
-from .stores._registry import check_location, location_key
-
-if TYPE_CHECKING:
-    from ._queue import Queue
+from .stores._location import is_sibling_name, without_credentials
+from .stores._registry import check_location, same_location
 
 log = logging.getLogger("vsqs")
 
-#: How long a redrive holds a message while moving it (seconds).
-MOVE_HOLD = 300.0
 #: Names a move into another queue tries before it gives up.
 MOVE_ATTEMPTS = 3
 
@@ -189,7 +178,7 @@ def check_target(target: str | None, own_url: str, *, given: bool) -> None:
         return
     if given:
         check_location(target)
-    sibling = "://" not in target and "/" not in target
+    sibling = is_sibling_name(target)
     if sibling:
         names.validate_queue_name(target)
     elif "://" not in target and not os.path.isabs(target):
@@ -201,10 +190,30 @@ def check_target(target: str | None, own_url: str, *, given: bool) -> None:
     if not given:
         return
     own_name = own_url.rstrip("/").rpartition("/")[2]
-    if target == own_name if sibling else _same_location(target, own_url):
+    if target == own_name if sibling else same_location(target, own_url):
         raise InvalidArgument(
-            f"{own_url} cannot be its own dead-letter queue (dead_letter {target!r:.80})"
+            f"{own_url} cannot be its own dead-letter queue "
+            f"(dead_letter {without_credentials(target)!r:.80})"
         )
+
+
+class DeadLetterQueue(Protocol):
+    """What dead-lettering needs of the queue it moves messages into (a
+    :class:`vsqs.Queue`)."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def durable(self) -> bool: ...
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+    def close(self) -> None: ...
 
 
 class DeadLetters:
@@ -214,12 +223,12 @@ class DeadLetters:
     and ``create`` is false).
     """
 
-    def __init__(self, source: Store, open_queue: Callable[[bool], Queue]) -> None:
+    def __init__(self, source: Store, open_queue: Callable[[bool], DeadLetterQueue]) -> None:
         self._source = source
         self._open_queue = open_queue
-        self._queue: Queue | None = None
+        self._queue: DeadLetterQueue | None = None
 
-    def queue(self, *, create: bool = True) -> Queue | None:
+    def queue(self, *, create: bool = True) -> DeadLetterQueue | None:
         """The dead-letter queue; ``None`` if it does not exist and ``create`` is false."""
         if self._queue is None:
             try:
@@ -309,130 +318,3 @@ def _orphan_origins(store: Store) -> set[str]:
         else:
             names.note_origin(records, name)
     return {name for record_of, of in records.items() if record_of not in ids for name in of}
-
-
-def _same_location(a: object, b: object) -> bool:
-    """Whether two paths or URLs name one queue, as far as their spelling tells."""
-    return location_key(a) == location_key(b)
-
-
-def check_missing(dead_letter: object, target: Queue, *, force: bool) -> None:
-    """For a dead-letter queue that does not exist: it was never created, so
-    nothing was dead-lettered (as ``stats()`` counts it), if ``target`` names
-    it; else it is a misspelling, refused unless ``force``. Nothing is opened."""
-    where = dead_letter.url if isinstance(dead_letter, Store) else dead_letter
-    _check_named(where, target, force)
-
-
-def check_redrive(dlq: Queue, target: Queue, force: bool) -> None:
-    """Refuse a redrive into itself (under any two spellings of one place),
-    and one whose source does not name ``dlq`` as its dead-letter queue
-    unless ``force``."""
-    refuse_same("redrive", dlq, target)
-    _check_named(dlq.url, target, force)
-
-
-def _check_named(dlq: object, target: Queue, force: bool) -> None:
-    """Unless ``force``, refuse a redrive from ``dlq`` (a path or URL) into a
-    queue whose config names another dead-letter queue, or none."""
-    if force:
-        return
-    named = target.dead_letter_url
-    if named is not None and _same_location(named, dlq):
-        return
-    has = "has no dead-letter queue" if named is None else f"dead-letters to {named}"
-    raise InvalidArgument(
-        f"refusing to redrive {dlq} into {target.url}: {target.url} {has}, not "
-        f"{dlq} (arguments swapped?); force=True (vsqs redrive --force) redrives anyway"
-    )
-
-
-def _move_back(message: Message, dlq: Queue, target: Queue) -> bool:
-    """Move a message received from ``dlq`` into ``target``, then remove it
-    from ``dlq``, with the origin records its receiver listed (the ack
-    removes them; others are left to ``gc()``); whether it was still held there."""
-    held = names.parse(message.receipt or "")
-    assert held is not None
-    record_id = target.store.ms_clock(target.clock).next_id()  # on the store's clock, as gc ages it
-    move_in(target.store, target.durable, held, message.body, Origin(record_id, b""))
-    try:
-        dlq.delete(message)
-    except ReceiptExpired:
-        return False
-    return True
-
-
-def redrive(
-    dead_letter: object,
-    source: object,
-    *,
-    storage_options: dict[str, Any] | None = None,
-    max_messages: int | None = None,
-    progress: Progress | None = None,
-    unsafe_claims: bool = False,
-    force: bool = False,
-) -> int:
-    """Move visible messages from a dead-letter queue back to ``source``; return how many.
-
-    ``dead_letter`` and ``source`` are locations (opened here with
-    ``storage_options`` and ``unsafe_claims``, and closed again) or open
-    :class:`Queue` objects (left open). Each message keeps its id (so its FIFO
-    position) and starts with a receive count of 0; its origin record goes.
-    Safe to run concurrently with consumers of either queue and with another
-    redrive: every message is first received from the dead-letter queue, so
-    only one mover handles it.
-
-    A dead-letter queue that was never created holds nothing: 0. A redrive of
-    a queue into itself (which would never end) raises ``InvalidArgument``,
-    and so, unless ``force``, does one into a queue whose config does not name
-    ``dead_letter`` as its dead-letter queue (a queue name there is the
-    sibling queue of that name; paths and URLs compare as the locations they
-    resolve to).
-    """
-    from ._queue import Queue
-
-    with ExitStack() as opened:
-
-        def queue(location: object) -> Queue:
-            if isinstance(location, Queue):
-                return location
-            return opened.enter_context(
-                Queue(
-                    location,
-                    storage_options=storage_options,
-                    create=False,
-                    unsafe_claims=unsafe_claims,
-                )
-            )
-
-        try:
-            dlq = queue(dead_letter)
-        except QueueNotFound:
-            check_missing(dead_letter, queue(source), force=force)
-            return 0
-        target = queue(source)
-        check_redrive(dlq, target, force)
-        moved = move_back(dlq, target, max_messages, progress)
-    log.info("redrove %d messages from %s to %s", moved, dlq.url, target.url)
-    return moved
-
-
-def move_back(
-    dlq: Queue, target: Queue, max_messages: int | None, progress: Progress | None = None
-) -> int:
-    """The moves of a redrive that :func:`check_redrive` allowed: up to
-    ``max_messages`` visible messages of ``dlq`` into ``target``; how many."""
-    moved = 0
-    while max_messages is None or moved < max_messages:
-        batch = dlq.receive_batch(
-            100 if max_messages is None else min(100, max_messages - moved),
-            visibility_timeout=MOVE_HOLD,
-        )
-        if not batch:
-            break
-        for message in batch:
-            if _move_back(message, dlq, target):
-                moved += 1
-                if progress is not None:
-                    progress(moved, max_messages)
-    return moved

@@ -1,20 +1,21 @@
-"""What a queue hands out: :class:`Message`, :class:`QueueStats`, and message bodies."""
+"""What a queue hands out: :class:`Message`, :class:`QueueStats`, and message bodies.
+
+A message refers to the queue that handed it out through :class:`Owner`
+(the calls it makes), not through the facade itself: this module sits below it.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from . import _forks
 from . import _names as names
 from ._errors import InvalidBody, StorageError, storage_errors
 from .stores._base import Store, TooLarge
-
-if TYPE_CHECKING:
-    from ._queue import Queue
 
 Body = bytes | bytearray | memoryview | str
 #: ``progress(done, total)`` of a long operation: items done so far, and the
@@ -109,6 +110,28 @@ def _record_id(name: str) -> str:
     return "" if record is None else record[1]
 
 
+class Owner(Protocol):
+    """The queue a message came from, as the message uses it (a :class:`vsqs.Queue`)."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+    def delete(self, msg_or_receipt: Message | str) -> None: ...
+
+    def extend(self, msg_or_receipt: Message | str, visibility_timeout: float) -> Message: ...
+
+    def release(self, msg_or_receipt: Message | str, *, delay: float = 0) -> None: ...
+
+
+#: How a receiver takes back claims that reached no caller (their receipts).
+GiveBack = Callable[[list[str]], None]
+
 #: ``Message.dead_lettered`` before its origin record was looked up.
 _UNREAD = object()
 
@@ -120,14 +143,16 @@ class Hold:
     again); ``lock`` serialises the holder's own changes of the receipt;
     ``done`` is set once it was deleted or released; ``origin``: the names of
     its origin records, as a listing showed or a lookup found them (an ack
-    removes them with the message).
+    removes them with the message); ``give_back``: how the receiver that
+    claimed it takes it back (``None`` unless it was received).
     """
 
-    __slots__ = ("done", "issued", "lock", "origin", "queue")
+    __slots__ = ("done", "give_back", "issued", "lock", "origin", "queue")
 
-    def __init__(self, queue: Queue, issued: str | None) -> None:
+    def __init__(self, queue: Owner, issued: str | None) -> None:
         self.queue = queue
         self.issued = issued
+        self.give_back: GiveBack | None = None
         self.lock = _forks.lock()
         self.done = False
         self.origin: names.Records = ()
@@ -144,7 +169,7 @@ class Message:
 
     def __init__(
         self,
-        queue: Queue,
+        queue: Owner,
         message_id: str,
         body: bytes,
         receipt: str | None,
@@ -239,6 +264,22 @@ class Message:
 def hold(message: Message) -> Hold:
     """The queue's bookkeeping of ``message`` (for the queue, not for users)."""
     return message._hold
+
+
+def give_back(messages: Iterable[Message]) -> None:
+    """Make received messages that reached no caller (a cancelled asyncio
+    receive) visible again at once, with the receive count they had before:
+    a receive that delivered nothing counts nothing. One that cannot be given
+    back stays hidden until its visibility timeout (logged)."""
+    by_receiver: dict[GiveBack, tuple[str, list[str]]] = {}
+    for message in messages:
+        held = message._hold
+        if message.receipt is not None and held.give_back is not None:
+            _, receipts = by_receiver.setdefault(held.give_back, (held.queue.url, []))
+            receipts.append(message.receipt)
+    for take_back, (url, receipts) in by_receiver.items():
+        with storage_errors(f"giving back to {url}"):
+            take_back(receipts)
 
 
 @dataclass(frozen=True)

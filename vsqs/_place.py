@@ -1,24 +1,57 @@
-"""Whether two queue locations are one place: the guard of every move
-between two queues (``vsqs move``, :func:`vsqs.redrive`), which would never
-end if it fed the queue it drains."""
+"""The two queues of a move between queues (:func:`vsqs.move`,
+:func:`vsqs.redrive`): opening them, and whether they are one place, the
+guard of every such move, which would never end if it fed the queue it drains."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import suppress
-from typing import TYPE_CHECKING
+from contextlib import ExitStack, suppress
+from typing import Any
 
 from . import _names as names
 from ._errors import InvalidArgument, StorageError, storage_errors
+from ._queue import Queue
 from .stores._base import Store
-
-if TYPE_CHECKING:
-    from ._queue import Queue
-
+from .stores._location import object_store_options
 
 #: Fresh probe names a comparison tries: a create whose outcome is unknown
 #: (a lost response) burns its name.
 PROBE_ATTEMPTS = 3
+
+
+class OpenedQueues(ExitStack):
+    """The queues of a move (a context manager): each location opened with
+    ``storage_options`` and ``unsafe_claims``, and closed when it ends.
+
+    ``one_of_two``: the options are for whichever of the two queues is on an
+    object store; a local path gets none.
+    """
+
+    def __init__(
+        self,
+        storage_options: dict[str, Any] | None,
+        unsafe_claims: bool,
+        *,
+        one_of_two: bool = False,
+    ) -> None:
+        super().__init__()
+        self._storage_options = storage_options
+        self._unsafe_claims = unsafe_claims
+        self._one_of_two = one_of_two
+
+    def at(self, location: object, *, create: bool = False) -> Queue:
+        """``location`` itself if it is an open :class:`Queue` (left open),
+        else the queue there (created if it does not exist only if ``create``)."""
+        if isinstance(location, Queue):
+            return location
+        options = self._storage_options
+        if self._one_of_two:
+            options = object_store_options(location, options)
+        return self.enter_context(
+            Queue(
+                location, storage_options=options, create=create, unsafe_claims=self._unsafe_claims
+            )
+        )
 
 
 def refuse_same(verb: str, source: Queue, destination: Queue) -> None:

@@ -1,72 +1,44 @@
 """The :class:`Queue` facade: the state machine of ``docs/format.md`` over any
 :class:`~vsqs.stores._base.Store`.
 
-It opens the queue and checks its config, and settles receipts (delete,
-extend, release); the rest is delegated, each concern to its own module:
-publishing (:mod:`._publish`), receiving (:mod:`._receiver`), dead letters
-(:mod:`._dead_letter`), reading without receiving (:mod:`._inspect`) and the
+It checks its arguments and that it is open, and delegates each concern to
+its own module below it: opening and the admin operations (:mod:`._admin`),
+publishing (:mod:`._publish`), receiving (:mod:`._receiver`), settling
+receipts (:mod:`._settle`), dead letters (:mod:`._dead_letter`) and the
 worker loop (:mod:`._worker`).
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager, nullcontext, suppress
+from contextlib import suppress
 from types import TracebackType
 from typing import Any
 
+from . import _admin as admin
 from . import _inspect as inspect
-from . import _names as names
 from . import _worker as worker
 from ._config import (
-    DEFAULT_MAX_MESSAGE_SIZE,
-    DEFAULT_MAX_RETRY_DELAY,
-    DEFAULT_RETRY_DELAY,
-    DEFAULT_VISIBILITY_TIMEOUT,
     ENV_DURABLE,
-    ENV_MAX_MESSAGE_SIZE,
     ENV_MAX_POLL_INTERVAL,
-    ENV_MAX_RETRY_DELAY,
-    ENV_RETRY_DELAY,
-    ENV_VISIBILITY_TIMEOUT,
-    QueueConfig,
     env_flag,
     env_seconds,
-    env_size,
     positive_int,
     retry_seconds,
     seconds,
 )
-from ._dead_letter import DeadLetters, check_target, collect_origins, remove_records
-from ._errors import (
-    InvalidArgument,
-    QueueClosed,
-    QueueNotFound,
-    ReceiptExpired,
-    StorageError,
-    UnsupportedStore,
-    storage_errors,
-)
-from ._fanout import fan_out
-from ._message import (
-    Body,
-    DeleteResult,
-    Message,
-    Progress,
-    QueueStats,
-    as_bytes,
-    hold,
-    read_origin,
-)
-from ._publish import Publisher, check_sizes, publish
+from ._dead_letter import DeadLetters, check_target
+from ._errors import QueueClosed
+from ._message import Body, DeleteResult, Message, Progress, QueueStats, as_bytes, hold
+from ._options import ConsumeOptions
+from ._publish import Publisher, check_sizes
 from ._receiver import DEFAULT_MAX_POLL_INTERVAL, Receiver
-from .stores._base import Store, TooLarge
+from ._settle import Settler
+from .stores._base import Store
+from .stores._location import is_sibling_name
 from .stores._registry import open_store
-
-log = logging.getLogger("vsqs")
 
 
 class Queue:
@@ -148,6 +120,7 @@ class Queue:
         )
         self._publisher = Publisher(self._store, self._clock, self.durable, self._receiver.sent)
         self._dead_letters = DeadLetters(self._store, self._open_dead_letter)
+        self._settler = Settler(self, self._store, self._clock, self._receiver)
         requested = {
             "visibility_timeout": None
             if visibility_timeout is None
@@ -166,74 +139,24 @@ class Queue:
         }
         try:
             check_target(dead_letter, self.url, given=True)  # before anything is created
-            self.config = self._open(create, requested)
+            self.config = admin.open_config(
+                self._store,
+                self._clock,
+                create=create,
+                durable=self.durable,
+                unsafe_claims=self._unsafe_claims,
+                requested=requested,
+            )
             check_target(self.config.dead_letter, self.url, given=False)  # another client's
         except BaseException:
             self.close()
             raise
 
-    def _open(self, create: bool, requested: dict[str, Any]) -> QueueConfig:
-        store = self._store
-        with storage_errors(f"opening {self.url}"):
-            if not store.ensure(create):
-                raise QueueNotFound(f"no queue at {self.url}")
-            self._check_claims()
-            try:
-                config = QueueConfig.from_json(store.read(names.CONFIG_NAME), self.url)
-            except FileNotFoundError:
-                if not create:
-                    raise QueueNotFound(f"no queue at {self.url} (no vsqs config in it)") from None
-                defaults = {
-                    "visibility_timeout": env_seconds(
-                        ENV_VISIBILITY_TIMEOUT, DEFAULT_VISIBILITY_TIMEOUT
-                    ),
-                    "retry_delay": retry_seconds(
-                        env_seconds(ENV_RETRY_DELAY, DEFAULT_RETRY_DELAY), ENV_RETRY_DELAY
-                    ),
-                    "max_retry_delay": retry_seconds(
-                        env_seconds(ENV_MAX_RETRY_DELAY, DEFAULT_MAX_RETRY_DELAY),
-                        ENV_MAX_RETRY_DELAY,
-                    ),
-                    "max_message_size": env_size(ENV_MAX_MESSAGE_SIZE, DEFAULT_MAX_MESSAGE_SIZE),
-                }
-                config = QueueConfig(
-                    **defaults | {k: v for k, v in requested.items() if v is not None}
-                )
-                message_id = self._clock.next_id()
-                if publish(
-                    store,
-                    self.durable,
-                    message_id,
-                    config.to_json(),
-                    names.CONFIG_NAME,
-                    replace_new=False,
-                ):
-                    return config
-                config = QueueConfig.from_json(store.read(names.CONFIG_NAME), self.url)
-            config.check_agrees(requested, self.url)
-            return config
-
-    def _check_claims(self) -> None:
-        """Refuse a store that cannot make claims exclusive, unless told not to."""
-        store = self._store
-        if store.exclusive_claims():
-            return
-        if not self._unsafe_claims:
-            why = f" ({store.refusal})" if store.refusal else ""
-            raise UnsupportedStore(
-                f"{self.url}: this store cannot make claims exclusive{why}, so two "
-                "consumers could receive the same message at once. To use it "
-                "anyway: unsafe_claims=True (Python), --unsafe-claims (vsqs "
-                'command), .option("unsafeClaims", "true") (Spark); see '
-                "docs/protocol.md"
-            )
-        log.warning("%s: claims are not exclusive here (unsafe_claims=True)", self.url)
-
     def _dead_letter_location(self) -> Store | str | None:
         """Where the config's ``dead_letter`` is: the sibling queue a name
         stands for, or the path or URL itself."""
         target = self.config.dead_letter
-        if target is None or "/" in target or "://" in target:
+        if target is None or not is_sibling_name(target):
             return target
         return self._store.sibling(target)
 
@@ -253,7 +176,7 @@ class Queue:
     def _vt_ms(self, visibility_timeout: float | None) -> int:
         if visibility_timeout is None:  # on every receive: no call
             return int(self.config.visibility_timeout * 1000)
-        return int(worker.visibility_seconds(self, visibility_timeout) * 1000)
+        return int(seconds(visibility_timeout, "visibility_timeout") * 1000)
 
     # ------------------------------------------------------------ lifecycle
     @property
@@ -397,53 +320,14 @@ class Queue:
             exhausted=self._dead_letters.take,
             max_size=self.config.max_message_size,
         )
-        return [
+        got = [
             Message(self, c.id, c.body, c.name, c.receive_count, origins=c.origin) for c in claims
         ]
+        for message in got:
+            hold(message).give_back = self._receiver.give_back
+        return got
 
     # ----------------------------------------------------------- by receipt
-    def _check_own(self, message: Message) -> None:
-        owner = hold(message).queue
-        if owner is not self and owner.url != self.url:
-            raise InvalidArgument("that message belongs to another queue")
-        if message.receipt is None:
-            raise InvalidArgument("a peeked message has no receipt")
-
-    def _held(self, msg_or_receipt: Message | str) -> tuple[names.Name, Message | None]:
-        """The name a receipt stands for, and the message if one was given (checked to be ours)."""
-        if not isinstance(msg_or_receipt, Message):
-            return names.parse_receipt(msg_or_receipt), None
-        self._check_own(msg_or_receipt)
-        return names.parse_receipt(msg_or_receipt.receipt), msg_or_receipt
-
-    @staticmethod
-    def _locked(message: Message | None) -> AbstractContextManager[Any]:
-        return hold(message).lock if message is not None else nullcontext()
-
-    def _move_held(self, parsed: names.Name, expiry_ms: int, what: str, *, holds: bool) -> str:
-        """Rename a held message to a new expiry; return the new name.
-
-        The new name has the next version, so it differs from the receipt (and
-        from every earlier name of the message): the atomic rename itself
-        proves the receipt is still current. A move that ``holds`` on to the
-        message (an extend) never takes the last version: it is kept for the
-        release (:func:`~vsqs._names.can_hold`).
-        """
-        receipt = names.receipt_name(parsed)
-        if holds and not names.can_hold(parsed):
-            raise InvalidArgument(
-                f"cannot {what}: {receipt} has no name left but the one to release it to "
-                "(docs/format.md, names): release or delete it"
-            )
-        new = names.next_name(parsed, expiry_ms, parsed.receive_count)
-        with storage_errors(f"{what} in {self.url}"):
-            try:
-                self._store.rename(receipt, new)
-            except (FileNotFoundError, FileExistsError):
-                raise ReceiptExpired(f"cannot {what}: {receipt} is no longer current") from None
-        self._receiver.moved(receipt, new, expiry_ms)
-        return new
-
     def delete(self, msg_or_receipt: Message | str) -> None:
         """Acknowledge a received message: remove it for good.
 
@@ -452,7 +336,7 @@ class Queue:
         someone else after its visibility timeout.
         """
         self._check_open()
-        self._ack(self._ack_target(msg_or_receipt))
+        self._settler.delete(msg_or_receipt)
 
     def delete_batch(self, msgs_or_receipts: Iterable[Message | str]) -> DeleteResult:
         """Acknowledge several received messages; say which were deleted,
@@ -464,57 +348,7 @@ class Queue:
         objects go with one batched request.
         """
         self._check_open()
-        targets = [self._ack_target(item) for item in msgs_or_receipts]
-        deleted: list[str] = []
-        stale: list[str] = []
-        failed: dict[str, StorageError] = {}
-        for (receipt, _), outcome in zip(
-            targets, fan_out(self._ack, targets, self._store.batch_width), strict=True
-        ):
-            error = outcome.exception()
-            if error is None:
-                deleted.append(receipt)
-            elif isinstance(error, ReceiptExpired):
-                stale.append(receipt)
-            elif isinstance(error, StorageError):
-                failed[receipt] = error
-            else:
-                raise error
-        return DeleteResult(deleted, stale, failed)
-
-    def _ack_target(self, msg_or_receipt: Message | str) -> tuple[str, Message | None]:
-        """The receipt to acknowledge (checked: InvalidReceipt, InvalidArgument) and its message."""
-        if not isinstance(msg_or_receipt, Message):
-            if not names.is_receipt(msg_or_receipt):
-                names.parse_receipt(msg_or_receipt)  # raises InvalidReceipt with the reason
-            return msg_or_receipt, None
-        self._check_own(msg_or_receipt)
-        return msg_or_receipt.receipt or "", msg_or_receipt
-
-    def _ack(self, target: tuple[str, Message | None]) -> None:
-        receipt, message = target
-        if message is None:
-            self._delete(receipt, known=False)
-            return
-        held = hold(message)
-        with held.lock:
-            current = message.receipt
-            issued = current is held.issued
-            if not issued:
-                names.parse_receipt(current)  # changed by the caller: untrusted again
-            assert current is not None
-            self._delete(current, known=issued)
-            held.done = True
-            if held.origin:  # a dead letter with its origin records: they go with it
-                remove_records(self._store, held.origin)
-
-    def _delete(self, receipt: str, *, known: bool) -> None:
-        with storage_errors(lambda: f"deleting from {self.url}"):
-            try:
-                self._store.delete(receipt, known=known)
-            except FileNotFoundError:
-                raise ReceiptExpired(f"cannot delete: {receipt} is no longer current") from None
-        self._receiver.deleted(receipt)
+        return self._settler.delete_batch(msgs_or_receipts)
 
     def extend(self, msg_or_receipt: Message | str, visibility_timeout: float) -> Message:
         """Keep a received message invisible for ``visibility_timeout`` more seconds from now.
@@ -523,25 +357,9 @@ class Queue:
         updated in place). Raises :class:`ReceiptExpired` if the receipt is stale.
         """
         self._check_open()
-        vt_ms = int(seconds(visibility_timeout, "visibility_timeout") * 1000)
-        parsed, message = self._held(msg_or_receipt)
-        if message is None:
-            # The body before the rename: the rename alone decides the
-            # outcome (a read after it could find the name already expired
-            # and taken, and call an extend that took effect stale).
-            receipt = names.receipt_name(parsed)
-            with storage_errors(f"reading from {self.url}"):
-                try:
-                    body = self._store.read_limited(receipt, self.config.max_message_size)
-                except FileNotFoundError:
-                    raise ReceiptExpired(f"cannot extend: {receipt} is no longer current") from None
-            new = self._move_held(parsed, self._clock.expiry_ms(vt_ms), "extend", holds=True)
-            return Message(self, parsed.id, body, new, parsed.receive_count)
-        with hold(message).lock:
-            parsed = names.parse_receipt(message.receipt)
-            new = self._move_held(parsed, self._clock.expiry_ms(vt_ms), "extend", holds=True)
-            message.receipt = hold(message).issued = new
-            return message
+        return self._settler.extend(
+            msg_or_receipt, visibility_timeout, self.config.max_message_size
+        )
 
     def release(self, msg_or_receipt: Message | str, *, delay: float = 0) -> None:
         """Negative acknowledge: make a received message visible again after ``delay``.
@@ -550,14 +368,7 @@ class Queue:
         :class:`ReceiptExpired` if the receipt is stale.
         """
         self._check_open()
-        delay_ms = int(seconds(delay, "delay") * 1000)
-        parsed, message = self._held(msg_or_receipt)
-        with self._locked(message):
-            if message is not None:
-                parsed = names.parse_receipt(message.receipt)
-            self._move_held(parsed, self._clock.expiry_ms(delay_ms), "release", holds=False)
-            if message is not None:
-                hold(message).done = True
+        self._settler.release(msg_or_receipt, delay=delay)
 
     # ----------------------------------------------------------- inspection
     def peek(self, max_messages: int = 10) -> list[Message]:
@@ -569,29 +380,9 @@ class Queue:
         """
         self._check_open()
         positive_int(max_messages, "max_messages")
-        now = self._clock.now_ms()
-        out: list[Message] = []
-        store, limit = self._store, self.config.max_message_size
-        with storage_errors(f"peeking into {self.url}"):
-            found, origins = inspect.scan(store, now)
-            ready = sorted((e.name, e.parsed) for e in found if e.state == names.READY)
-            for name, parsed in ready:
-                try:
-                    body = store.read_limited(name, limit)
-                except FileNotFoundError:
-                    continue
-                except TooLarge as exc:
-                    log.warning(
-                        "%s: peek passes over %s, too large: %s", self.url, name, exc.strerror
-                    )
-                    continue
-                origin = read_origin(store, origins.get(parsed.id, ()))
-                out.append(
-                    Message(self, parsed.id, body, None, parsed.receive_count, dead_lettered=origin)
-                )
-                if len(out) == max_messages:
-                    break
-        return out
+        return admin.peek(
+            self, self._store, self._clock, self.config.max_message_size, max_messages
+        )
 
     def stats(self) -> QueueStats:
         """Counts by state from one listing (and one of the dead-letter queue).
@@ -602,18 +393,8 @@ class Queue:
         counts under the name it leaves.
         """
         self._check_open()
-        with storage_errors(f"listing {self.url}"):
-            t = inspect.tally(self._store, self._clock.now_ms())
-        return QueueStats(
-            ready=t.ready,
-            in_flight=t.in_flight,
-            delayed=t.delayed,
-            writing=t.writing,
-            oldest_ready_age=t.seconds_ago(t.oldest_sent_ms),
-            next_visible_in=t.seconds_until(t.next_visible_ms),
-            in_flight_expires_in=t.seconds_until(t.in_flight_expiry_ms),
-            dead_letter=None if self.config.dead_letter is None else self._dead_letters.depth(),
-        )
+        depth = None if self.config.dead_letter is None else self._dead_letters.depth
+        return admin.stats(self._store, self._clock, depth)
 
     def purge(self, *, progress: Progress | None = None) -> int:
         """Delete every message in every state (not sends under way); return how many.
@@ -624,23 +405,8 @@ class Queue:
         ``FINISH_AFTER`` ago).
         """
         self._check_open()
-        removed = 0
         self._receiver.reset()  # everything it knew is going
-        with storage_errors(f"purging {self.url}"):
-            found, origins = inspect.scan(self._store, 0)
-            doomed = [e for e in found if e.is_message]
-            for done, entry in enumerate(doomed, 1):
-                with suppress(FileNotFoundError):
-                    self._store.delete(entry.name, known=True)
-                    removed += 1
-                    # Its message is gone: so are the records listed with it
-                    # (not those of a message whose delete lost a race: it lives on).
-                    remove_records(self._store, origins.pop(entry.parsed.id, ()))
-                if progress is not None:
-                    progress(done, len(doomed))
-            self._store.flush()
-        log.info("%s: purged %d messages", self.url, removed)
-        return removed
+        return admin.purge(self._store, progress)
 
     def gc(self, *, progress: Progress | None = None) -> list[str]:
         """Repair every leftover a crashed client can leave; return the names repaired.
@@ -659,13 +425,7 @@ class Queue:
         way; both are kept. Foreign names are never touched.
         """
         self._check_open()
-        store = self._store
-        with storage_errors(f"collecting leftovers in {self.url}"):
-            now = self._clock.now_ms()
-            leftovers = inspect.stale_new(store, now, self._new_grace_ms)
-            removed = inspect.collect_stale_new(store, leftovers, self.url, progress)
-            removed += collect_origins(store, now, self._new_grace_ms)
-            return removed + store.take_repairs()
+        return admin.gc(self._store, self._clock, self._new_grace_ms, progress)
 
     # --------------------------------------------------------------- worker
     def consume(
@@ -699,7 +459,11 @@ class Queue:
         Stops after ``max_messages`` messages received, once ``stop`` is set,
         or after ``idle_timeout`` seconds (on the queue's clock) in which no
         handler succeeded: failures do not reset the idle time, so a queue
-        holding only failing messages ends the call too.
+        holding only failing messages ends the call too. A bad option (a
+        ``max_messages`` that is not an int of at least 0, a ``stop``
+        without ``is_set``, a ``jitter`` that is not callable, a duration
+        out of range) raises :class:`InvalidArgument` before anything is
+        received.
 
         Interrupted by anything that is not an ``Exception`` (Ctrl-C's
         ``KeyboardInterrupt``, ``SystemExit``), it releases the message in
@@ -711,27 +475,16 @@ class Queue:
         alone.
         """
         self._check_open()
-        return worker.consume(
-            self,
-            handler,
-            visibility_timeout=visibility_timeout,
-            max_messages=max_messages,
-            idle_timeout=idle_timeout,
-            stop=stop,
-            retry_delay=retry_delay,
-            max_retry_delay=max_retry_delay,
-            jitter=jitter,
+        options = ConsumeOptions(
+            visibility_timeout,
+            max_messages,
+            idle_timeout,
+            stop,
+            retry_delay,
+            max_retry_delay,
+            jitter,
         )
-
-
-def give_back(queue: Queue, messages: Iterable[Message]) -> None:
-    """Make messages ``queue`` received for a caller that never got them (a
-    cancelled asyncio receive) visible again at once, with the receive count
-    they had before: a receive that delivered nothing counts nothing. One
-    that cannot be given back stays hidden until its visibility timeout (logged)."""
-    held = [m.receipt for m in messages if m.receipt is not None]
-    with storage_errors(f"giving back to {queue.url}"):
-        queue._receiver.give_back(held)
+        return worker.consume(self, handler, options.resolve(self.config))
 
 
 __all__ = ["Queue"]

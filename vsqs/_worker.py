@@ -1,14 +1,14 @@
 """The worker loop of :meth:`vsqs.Queue.consume`: pacing, the heartbeat that
 keeps a message invisible while its handler runs, settling (delete on
-success, release with a backoff delay on failure), the logging of failures,
-and what an interruption (Ctrl-C, SIGTERM) does. Pacing, backoff, failure
-logging and settling are shared with :mod:`vsqs.aio` and :mod:`vsqs.spark`.
+success, release after the retry policy's delay on failure), the logging of
+failures, and what an interruption (Ctrl-C, SIGTERM) does. Pacing, failure
+logging and settling are shared with :mod:`vsqs.aio` and :mod:`vsqs.spark`;
+what every ``consume`` is given is resolved by :mod:`vsqs._options`.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 import signal
 import threading
 import time
@@ -16,19 +16,15 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from . import _forks
-from ._config import retry_delays, seconds
 from ._errors import ReceiptExpired, VsqsError
 from ._fanout import fan_out
 from ._message import Message
 from ._names import MsClock
-
-if TYPE_CHECKING:
-    import asyncio
-
-    from ._queue import Queue
+from ._options import ConsumePlan
+from .stores._base import Store
 
 log = logging.getLogger("vsqs")
 
@@ -43,44 +39,27 @@ REMEMBERED_FAILURES = 1024
 SIGTERM_EXIT = 128 + signal.SIGTERM
 
 
-def visibility_seconds(queue: Queue, visibility_timeout: float | None) -> float:
-    """The visibility timeout a call uses: its own (validated), or the queue's default."""
-    if visibility_timeout is None:
-        return queue.config.visibility_timeout
-    return seconds(visibility_timeout, "visibility_timeout")
+class WorkerQueue(Protocol):
+    """What the worker loop uses of a queue (:class:`vsqs.Queue` has it): its
+    url and clock, its store's batch width, receive and settle."""
 
+    url: str
 
-class Backoff:
-    """The delay before a message whose handler failed is offered again.
+    @property
+    def clock(self) -> Callable[[], float]: ...
 
-    Exponential with "equal jitter": for a message received ``n`` times,
-    ``step = min(max_retry_delay, retry_delay * 2 ** (n - 1))`` and the delay
-    is ``step / 2 + jitter() * step / 2``, so it is never shorter than half
-    the step (and never than ``retry_delay / 2``): a failing message cannot
-    spin. ``retry_delay`` and ``max_retry_delay`` default to the queue's
-    config; ``jitter`` returns a float in [0, 1) (``random.random`` unless
-    given, e.g. ``random.Random(seed).random`` for repeatable delays).
-    """
+    @property
+    def store(self) -> Store: ...
 
-    def __init__(
-        self,
-        queue: Queue,
-        retry_delay: float | None,
-        max_retry_delay: float | None,
-        jitter: Callable[[], float] | None,
-    ) -> None:
-        config = queue.config
-        self._base, self._cap = retry_delays(
-            config.retry_delay if retry_delay is None else retry_delay,
-            config.max_retry_delay if max_retry_delay is None else max_retry_delay,
-        )
-        self._jitter = random.random if jitter is None else jitter
+    def receive(
+        self, *, visibility_timeout: float | None = None, wait: float = 0
+    ) -> Message | None: ...
 
-    def delay(self, receive_count: int) -> float:
-        """Seconds to keep a message received ``receive_count`` times hidden after a failure."""
-        doublings = min(max(receive_count, 1) - 1, 64)  # beyond 64 the cap rules anyway
-        step = min(self._cap, self._base * 2.0**doublings)
-        return step / 2 + self._jitter() * step / 2
+    def delete(self, message: Message, /) -> None: ...
+
+    def release(self, message: Message, /, *, delay: float = 0) -> None: ...
+
+    def extend(self, message: Message, visibility_timeout: float, /) -> Message: ...
 
 
 class FailureLog:
@@ -129,11 +108,11 @@ class FailureLog:
             self._seen.pop(message.id, None)
 
 
-_failure_logs: weakref.WeakKeyDictionary[Queue, FailureLog] = weakref.WeakKeyDictionary()
+_failure_logs: weakref.WeakKeyDictionary[WorkerQueue, FailureLog] = weakref.WeakKeyDictionary()
 _failure_logs_lock = _forks.lock()
 
 
-def failure_log(queue: Queue) -> FailureLog:
+def failure_log(queue: WorkerQueue) -> FailureLog:
     """The :class:`FailureLog` of ``queue``, shared by all its ``consume``
     calls (sync and asyncio), so that a worker calling ``consume`` again and
     again still logs each failing message's traceback once."""
@@ -152,16 +131,10 @@ class ConsumePacing:
     so a queue holding only failing messages ends an idle ``consume`` too.
     """
 
-    def __init__(
-        self,
-        queue: Queue,
-        max_messages: int | None,
-        idle_timeout: float | None,
-        stop: threading.Event | asyncio.Event | None,
-    ) -> None:
-        self._left = max_messages
-        self._idle = None if idle_timeout is None else seconds(idle_timeout, "idle_timeout")
-        self._stop = stop
+    def __init__(self, queue: WorkerQueue, plan: ConsumePlan) -> None:
+        self._left = plan.max_messages
+        self._idle = plan.idle_timeout
+        self._stop = plan.stop
         self._now = MsClock(queue.clock).elapsed
         self._idle_since = self._now()
 
@@ -185,7 +158,7 @@ class ConsumePacing:
         self._idle_since = self._now()
 
 
-def settle(queue: Queue, message: Message, *, failed: bool, delay: float = 0) -> bool:
+def settle(queue: WorkerQueue, message: Message, *, failed: bool, delay: float = 0) -> bool:
     """Delete a handled message, or release it (visible again after ``delay``)
     if its handler ``failed``; return whether it counts as a success. A
     message the handler settled itself is left alone; one whose receipt
@@ -214,7 +187,7 @@ class Heartbeat:
     whose extend fails (someone else received it meanwhile) is dropped with a
     warning; the others are kept."""
 
-    def __init__(self, queue: Queue, visibility_timeout: float) -> None:
+    def __init__(self, queue: WorkerQueue, visibility_timeout: float) -> None:
         self._queue, self._vt = queue, visibility_timeout
         self._changed = _forks.condition()
         self._messages: list[Message] = []
@@ -291,7 +264,7 @@ class Run:
         self.held: Message | None = None
         self.sigterm = False
 
-    def release_held(self, queue: Queue) -> int:
+    def release_held(self, queue: WorkerQueue) -> int:
         """Release the message in hand at once; return how many were released (0 or 1)."""
         message, self.held = self.held, None
         if message is None or message.settled:
@@ -303,7 +276,7 @@ class Run:
             return 0
         return 1
 
-    def stopped(self, queue: Queue, exc: BaseException, released: int) -> None:
+    def stopped(self, queue: WorkerQueue, exc: BaseException, released: int) -> None:
         """Log the one line of a ``consume`` that ``exc`` (no ``Exception``:
         Ctrl-C, SIGTERM, ``SystemExit``, a cancellation) stopped."""
         log.warning(
@@ -343,7 +316,7 @@ def sigterm_exits(run: Run) -> Iterator[None]:
 
 
 @contextmanager
-def interruptible(queue: Queue, run: Run) -> Iterator[None]:
+def interruptible(queue: WorkerQueue, run: Run) -> Iterator[None]:
     """On any exception out of the loop, release the message in hand at once
     and re-raise; on an interruption (not an ``Exception``: Ctrl-C, SIGTERM,
     ``SystemExit``), also log one line at WARNING saying what was done."""
@@ -357,22 +330,10 @@ def interruptible(queue: Queue, run: Run) -> Iterator[None]:
             raise
 
 
-def consume(
-    queue: Queue,
-    handler: Callable[[Message], object],
-    *,
-    visibility_timeout: float | None,
-    max_messages: int | None,
-    idle_timeout: float | None,
-    stop: threading.Event | None,
-    retry_delay: float | None,
-    max_retry_delay: float | None,
-    jitter: Callable[[], float] | None,
-) -> int:
+def consume(queue: WorkerQueue, handler: Callable[[Message], object], plan: ConsumePlan) -> int:
     """The loop of :meth:`vsqs.Queue.consume` (see there); returns how many succeeded."""
-    vt = visibility_seconds(queue, visibility_timeout)
-    backoff = Backoff(queue, retry_delay, max_retry_delay, jitter)
-    pacing = ConsumePacing(queue, max_messages, idle_timeout, stop)
+    vt = plan.visibility_timeout
+    pacing = ConsumePacing(queue, plan)
     failures = failure_log(queue)
     run = Run()
     with interruptible(queue, run), Heartbeat(queue, vt) as heartbeat:
@@ -387,7 +348,7 @@ def consume(
             try:
                 handler(message)
             except Exception as exc:
-                delay = backoff.delay(message.receive_count)
+                delay = plan.retry.delay(message.receive_count)
                 failures.failed(message, exc, delay)
                 failed = True
             else:

@@ -26,7 +26,7 @@ import functools
 import inspect
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from types import TracebackType
@@ -35,19 +35,13 @@ from typing import Any, ParamSpec, TypeVar
 from . import _message, _queue
 from ._aio_sigterm import sigterm_cancels
 from ._config import positive_int
-from ._dead_letter import redrive as sync_redrive
 from ._errors import QueueClosed, VsqsError
 from ._message import Body, DeadLettered, DeleteResult, Progress, QueueStats
+from ._move import move as sync_move
+from ._options import ConsumeOptions, RetryPolicy
 from ._receiver import CLOSE_WAKES
-from ._worker import (
-    Backoff,
-    ConsumePacing,
-    FailureLog,
-    Run,
-    failure_log,
-    settle,
-    visibility_seconds,
-)
+from ._redrive import redrive as sync_redrive
+from ._worker import ConsumePacing, FailureLog, Run, failure_log, settle
 
 log = logging.getLogger("vsqs")
 
@@ -291,17 +285,26 @@ class Queue:
 
         As :meth:`vsqs.Queue.consume`: while the handler runs, a heartbeat task
         extends the message every third of the visibility timeout; the message
-        is deleted when the handler returns, released after the backoff delay
+        is deleted when the handler returns, released after the retry delay
         (``retry_delay``, ``max_retry_delay``, ``jitter``) when it raises, and
         released at once if it is cancelled (the cancellation propagates).
         Failures are logged as there. Stops after ``max_messages``, after
         ``idle_timeout`` seconds in which no handler succeeded, or once
         ``stop`` is set.
         """
+        options = ConsumeOptions(
+            visibility_timeout,
+            max_messages,
+            idle_timeout,
+            stop,
+            retry_delay,
+            max_retry_delay,
+            jitter,
+        )
         queue = await self.open()
-        vt = visibility_seconds(queue, visibility_timeout)
-        backoff = Backoff(queue, retry_delay, max_retry_delay, jitter)
-        pacing = ConsumePacing(queue, max_messages, idle_timeout, stop)
+        plan = options.resolve(queue.config)
+        vt = plan.visibility_timeout
+        pacing = ConsumePacing(queue, plan)
         failures = failure_log(queue)
         run = Run()
         with sigterm_cancels(run):
@@ -312,7 +315,7 @@ class Queue:
                         continue
                     pacing.received()
                     run.held = message.sync
-                    ok = await self._handle(message, handler, vt, backoff, failures, run)
+                    ok = await self._handle(message, handler, vt, plan.retry, failures, run)
                     run.handled += 1
                     if ok:
                         run.succeeded += 1
@@ -339,7 +342,7 @@ class Queue:
         message: Message,
         handler: Handler,
         vt: float,
-        backoff: Backoff,
+        retry: RetryPolicy,
         failures: FailureLog,
         run: Run,
     ) -> bool:
@@ -355,7 +358,7 @@ class Queue:
                     heartbeat.cancel()
         except Exception as exc:
             run.held = None
-            delay = backoff.delay(message.receive_count)
+            delay = retry.delay(message.receive_count)
             failures.failed(message.sync, exc, delay)
             return await self._settle(message, failed=True, delay=delay)
         run.held = None
@@ -405,6 +408,22 @@ async def redrive(
     )
 
 
+def _on_a_thread(fn: Callable[_P, _T]) -> Callable[_P, Coroutine[Any, Any, _T]]:
+    """``fn`` as a coroutine function that runs it on a worker thread."""
+
+    @functools.wraps(fn)
+    async def run(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    run.__doc__ = f":func:`vsqs.{fn.__name__}` on a worker thread (callbacks are called there)."
+    return run
+
+
+move = _on_a_thread(sync_move)
+"""``await vsqs.aio.move(source, destination, ...)``: :func:`vsqs.move` (the
+same arguments) on a worker thread; ``progress`` is called there."""
+
+
 def _unwrap(msg_or_receipt: Message | str) -> _message.Message | str:
     return msg_or_receipt.sync if isinstance(msg_or_receipt, Message) else msg_or_receipt
 
@@ -415,9 +434,9 @@ def _give_back_unwanted(queue: _queue.Queue, future: Future[list[_message.Messag
     if future.cancelled() or future.exception() is not None:
         return
     try:
-        _queue.give_back(queue, future.result())
+        _message.give_back(future.result())
     except VsqsError as exc:  # it comes back at its visibility timeout anyway
         log.warning("%s: could not give back after a cancelled receive: %s", queue.url, exc)
 
 
-__all__ = ["Message", "Queue", "redrive"]
+__all__ = ["Message", "Queue", "move", "redrive"]

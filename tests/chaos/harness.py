@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from vsqs import _names as names
-from vsqs.stores import _object as _store_object
+from vsqs.stores import _moves
 from vsqs.stores._object import ObjectStore
 
 from ..support.workers import open_queue
@@ -226,7 +226,7 @@ def run_chaos(config: ChaosConfig, workdir: Path) -> Report:
     elapsed = run.run(report)
     # Every client is dead: leftovers of any age may go, and half-done moves
     # may be finished at once.
-    finish_after, _store_object.FINISH_AFTER = _store_object.FINISH_AFTER, -1.0
+    finish_after, _moves.FINISH_AFTER = _moves.FINISH_AFTER, -1.0
     try:
         with open_queue(config.target, new_grace=0) as q:
             collected = q.gc()
@@ -248,7 +248,7 @@ def run_chaos(config: ChaosConfig, workdir: Path) -> Report:
                 if name != names.CONFIG_NAME
             )
     finally:
-        _store_object.FINISH_AFTER = finish_after
+        _moves.FINISH_AFTER = finish_after
     if left:
         report.violate("not drained", f"{len(left)} names left, e.g. {left[:3]}")
     report.figures.update(

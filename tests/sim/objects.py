@@ -32,7 +32,7 @@ from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 from vsqs import _names
-from vsqs.stores._object import ObjectIO
+from vsqs.stores._object_io import ObjectIO
 
 from .bucket import Status
 from .scheduler import Failed, Lost, Scheduler, Throttled, TimedOut

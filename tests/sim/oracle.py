@@ -87,7 +87,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 
 from vsqs import _names as names
-from vsqs.stores._object import MOVED_SUFFIX, PROBE_PREFIX
+from vsqs.stores._moves import MOVED_SUFFIX
+from vsqs.stores._probe import PROBE_PREFIX
 
 from .bucket import Change
 from .workload import Event

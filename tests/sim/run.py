@@ -20,7 +20,7 @@ from typing import Any
 
 import vsqs
 from vsqs import _names as names
-from vsqs.stores import _object as _store_object
+from vsqs.stores import _moves, _object, _probe
 from vsqs.stores._object import ObjectStore
 
 from . import workload
@@ -102,7 +102,7 @@ class _SeededSecrets:
 @contextlib.contextmanager
 def _deterministic(seed: int) -> Iterator[None]:
     state = random.getstate()
-    saved = {module: module.secrets for module in (names, _store_object)}  # type: ignore[attr-defined]
+    saved = {module: module.secrets for module in (names, _moves, _object, _probe)}  # type: ignore[attr-defined]
     random.seed(seed)
     seeded = _SeededSecrets(seed)
     try:
@@ -256,7 +256,7 @@ def claims_of(bucket: Bucket, prefix: str) -> list[Claim]:
                 following = after[2].receive_count if after is not None else None
                 # The claimer created the move's marker; whoever copied (a
                 # lister finishing an abandoned move) did not claim.
-                marker = bucket.born.get(f"{prefix}{before[3]}{_store_object.MOVED_SUFFIX}")
+                marker = bucket.born.get(f"{prefix}{before[3]}{_moves.MOVED_SUFFIX}")
                 at, writer = marker or (at, writer)
                 claims.append(Claim(names.receipt_name(name), name, at, writer, following))
     return claims
@@ -306,7 +306,7 @@ def _drain(
         queues = {queue: opened.enter_context(opener(queue, clock)) for queue in names_}
         for q in queues.values():
             q.stats()
-        scheduler.bucket.now += _store_object.FINISH_AFTER + 1
+        scheduler.bucket.now += _moves.FINISH_AFTER + 1
         for queue, q in queues.items():
             q.gc()
             while batch := q.receive_batch(10, visibility_timeout=3600):

@@ -27,9 +27,9 @@ from typing import Any
 import vsqs
 from vsqs import _names as names
 from vsqs._inspect import RESTAMP_AFTER, collect_stale_new
+from vsqs._move import move_batch
 from vsqs._publish import commit, stage, staged_by, unstage
 from vsqs.cli._interrupt import take
-from vsqs.cli._move import move_batch
 
 from .scheduler import Scheduler
 

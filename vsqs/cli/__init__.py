@@ -6,6 +6,7 @@ runner). See ``docs/cli.md``.
 
 from __future__ import annotations
 
-from ._app import main, run
+from ._app import main
+from ._script import run
 
 __all__ = ["main", "run"]

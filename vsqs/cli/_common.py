@@ -15,6 +15,7 @@ from tqdm import tqdm
 from .._config import MAX_SECONDS
 from .._message import Progress
 from .._queue import Queue
+from ..stores._location import object_store_options
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -155,8 +156,8 @@ def open_queue(
     gets none.
     """
     options = storage_options()
-    if one_of_two and not _object_store_url(url):
-        options = None
+    if one_of_two:
+        options = object_store_options(url, options)
     return Queue(
         url,
         storage_options=options,
@@ -164,11 +165,6 @@ def open_queue(
         unsafe_claims=unsafe_claims(),
         **queue_args,
     )
-
-
-def _object_store_url(url: str) -> bool:
-    scheme, sep, _ = url.partition("://")
-    return bool(sep) and scheme.lower() != "file"
 
 
 def progress_shown() -> bool:

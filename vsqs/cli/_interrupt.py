@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
-from .._errors import ReceiptExpired
 from .._message import Message
+from .._move import release
 from .._queue import Queue
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -119,14 +119,6 @@ def children_immune() -> Iterator[None]:
                 signal.signal(signum, handler)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
-
-
-def release(queue: Queue, messages: Iterable[Message]) -> None:
-    """Give back every message this client still holds (visible again at once)."""
-    for message in messages:
-        if not message.settled:
-            with suppress(ReceiptExpired):
-                queue.release(message)
 
 
 def take(queue: Queue, count: int, **receive: Any) -> list[Message]:

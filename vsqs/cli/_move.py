@@ -1,23 +1,15 @@
 """``vsqs move SRC DST``: move messages between any two queues, losing none
-(the analogue of SQS's message move task).
-
-Each batch is received at SRC (hidden there, not deleted), sent to DST with
-``send_batch`` (durable when it returns), and only then deleted at SRC. A
-crash or an error between the send and the delete leaves the batch in both
-queues (at least once), never in neither; what is not deleted is released
-at SRC at once (after a crash: when its hold runs out). Run it again to
-resume.
+(:func:`vsqs.move`, with the command's interrupt checkpoints, report and
+progress bar).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import click
 
-from .._errors import MessageTooLarge
-from .._message import DeleteResult, Message
+from .._move import move_between
 from .._place import refuse_same
 from .._queue import Queue
 from ._common import (
@@ -30,7 +22,7 @@ from ._common import (
     progress_shown,
     queue_options,
 )
-from ._interrupt import checkpoint, release, take
+from ._interrupt import STOP, checkpoint
 from ._report import Report, json_option
 
 
@@ -74,33 +66,23 @@ def move(
         refuse_same("move", src, dst)
         report = Report(_moved_text, as_json=as_json, moved=0, source=src.url, destination=dst.url)
         with progress_bar("moved", _total(src, max_messages)) as bar:
-            while max_messages is None or report.fields["moved"] < max_messages:
-                checkpoint()
-                room = batch
-                if max_messages is not None:
-                    room = min(room, max_messages - report.fields["moved"])
-                got = take(src, room, visibility_timeout=visibility_timeout)
-                if not got:
-                    break
-                fits, too_big = _fitting(got, dst.config.max_message_size)
-                if fits:
-                    bar.update(_move_batch(src, dst, fits, report))
-                if too_big:
-                    release(src, too_big)
-                    raise MessageTooLarge(
-                        f"message {too_big[0].id} of {src.url} is {len(too_big[0].body):,} "
-                        f"bytes; {dst.url} takes at most {dst.config.max_message_size:,} "
-                        "(its max_message_size)"
-                    )
+
+            def moved(done: int, _total: int | None) -> None:
+                report.add("moved", done - report.fields["moved"])
+                bar.update(done - bar.n)
+
+            move_between(
+                src,
+                dst,
+                max_messages=max_messages,
+                batch_size=batch,
+                visibility_timeout=visibility_timeout,
+                progress=moved,
+                stop=STOP,
+                stale=_warn_stale,
+            )
+            checkpoint()  # a signal stopped it: say so, with how many moved
         report.done()
-
-
-def _fitting(batch: list[Message], limit: int) -> tuple[list[Message], list[Message]]:
-    """``batch`` cut before its first body of more than ``limit`` bytes."""
-    for i, message in enumerate(batch):
-        if len(message.body) > limit:
-            return batch[:i], batch[i:]
-    return batch, []
 
 
 def _moved_text(f: dict[str, Any]) -> str:
@@ -115,37 +97,13 @@ def _total(src: Queue, max_messages: int | None) -> int | None:
     return ready if max_messages is None else min(ready, max_messages)
 
 
-def move_batch(
-    src: Queue, dst: Queue, batch: list[Message], moved: Callable[[int], object]
-) -> DeleteResult:
-    """Send ``batch`` (held at ``src``) to ``dst``, then delete it at
-    ``src``; tell ``moved`` how many were deleted, and return what the
-    delete did. On any failure (a delete whose outcome is unknown too, which
-    is raised), release at ``src`` what is still held there: what was sent
-    is then in both queues (at least once), never in neither."""
-    try:
-        dst.send_batch([message.body for message in batch])
-        acked = src.delete_batch(batch)
-        moved(len(acked.deleted))
-        for error in acked.failed.values():
-            raise error
-    except BaseException:
-        release(src, batch)
-        raise
-    return acked
+def _warn_stale(count: int, src: Queue, dst: Queue) -> None:
+    click.echo(
+        f"vsqs: warning: {count} messages were received again at "
+        f"{src.url} after their hold ran out (try a longer --visibility-timeout): "
+        f"they were sent to {dst.url} and remain at {src.url}",
+        err=True,
+    )
 
 
-def _move_batch(src: Queue, dst: Queue, batch: list[Message], report: Report) -> int:
-    """:func:`move_batch`, counted in ``report``; return how many were deleted."""
-    acked = move_batch(src, dst, batch, lambda n: report.add("moved", n))
-    if acked.stale:
-        click.echo(
-            f"vsqs: warning: {len(acked.stale)} messages were received again at "
-            f"{src.url} after their hold ran out (try a longer --visibility-timeout): "
-            f"they were sent to {dst.url} and remain at {src.url}",
-            err=True,
-        )
-    return len(acked.deleted)
-
-
-__all__ = ["move", "move_batch"]
+__all__ = ["move"]

@@ -12,11 +12,12 @@ from typing import Any
 
 import click
 
-from .._dead_letter import check_missing, check_redrive, move_back
 from .._errors import QueueNotFound
 from .._message import QueueStats
 from .._names import CONFIG_NAME
 from .._queue import Queue
+from .._redrive import check_missing, check_redrive, move_back
+from ..stores._location import without_credentials
 from ..stores._registry import list_queues
 from ._common import (
     max_option,
@@ -220,7 +221,13 @@ def redrive_command(
 
     Ctrl-C or SIGTERM stops it within a few messages and says how many moved.
     """
-    report = Report(_redrive_text, as_json=as_json, moved=0, dead_letter=dead_letter, source=source)
+    report = Report(
+        _redrive_text,
+        as_json=as_json,
+        moved=0,
+        dead_letter=without_credentials(dead_letter),
+        source=without_credentials(source),
+    )
     try:
         dlq = open_queue(dead_letter, one_of_two=True)
     except QueueNotFound:

@@ -13,8 +13,9 @@ from .. import _names as names
 from .._errors import InvalidArgument, ReceiptExpired
 from .._fanout import fan_out
 from .._message import Message
+from .._options import ConsumeOptions, RetryPolicy
 from .._queue import Queue
-from .._worker import Backoff, FailureLog, Heartbeat, failure_log, visibility_seconds
+from .._worker import FailureLog, Heartbeat, failure_log
 from ._read import SCHEMA
 
 log = logging.getLogger("vsqs")
@@ -34,7 +35,7 @@ class ConsumeReport:
     #: Messages received again by someone else after their visibility timeout
     #: ran out during the batch: not deleted here, delivered again (at least once).
     expired: int
-    #: Rows ``process`` returned as failed: released after their backoff delay
+    #: Rows ``process`` returned as failed: released after their retry delay
     #: (or dead-lettered by the queue's ``max_receives`` when received again).
     failed: int
 
@@ -64,7 +65,7 @@ def consume(
 
     ``process`` returns the rows that failed: ``None`` (none did), a DataFrame
     with an ``id`` column (e.g. ``df.filter(...)``), or an iterable of ids.
-    Those are released, each after the backoff delay of
+    Those are released, each after the retry delay of
     :meth:`vsqs.Queue.consume` for its receive count (``retry_delay``,
     ``max_retry_delay`` and ``jitter`` as there; the queue's defaults unless
     given), and logged as ``Queue.consume`` logs a failing handler; the
@@ -73,7 +74,7 @@ def consume(
     of another kind, is an :class:`~vsqs.InvalidArgument` and fails the batch.
 
     If ``process`` raises (or fails the batch), the whole batch is released
-    after the backoff and the exception propagates: nothing is lost and
+    after the retry delays and the exception propagates: nothing is lost and
     nothing is deleted early; if it was interrupted (not an ``Exception``:
     Ctrl-C), the batch is visible again at once. A message whose visibility
     timeout ran out anyway and that someone else received meanwhile is not
@@ -84,20 +85,23 @@ def consume(
     after ``max_batches`` batches. ``unsafe_claims`` opens a store that cannot
     make claims exclusive (see :class:`vsqs.Queue`).
     """
+    options = ConsumeOptions(
+        visibility_timeout, retry_delay=retry_delay, max_retry_delay=max_retry_delay, jitter=jitter
+    )
     batches = messages = expired = failed = 0
     with Queue(
         url, storage_options=storage_options, create=False, unsafe_claims=unsafe_claims
     ) as queue:
-        vt = visibility_seconds(queue, visibility_timeout)
-        backoff = Backoff(queue, retry_delay, max_retry_delay, jitter)
+        plan = options.resolve(queue.config)
+        vt, retry = plan.visibility_timeout, plan.retry
         failures = failure_log(queue)
         with Heartbeat(queue, vt) as heartbeat:
             while max_batches is None or batches < max_batches:
                 got = queue.receive_batch(max_messages, visibility_timeout=vt, wait=wait)
                 if not got:
                     break
-                failed_ids = _process(spark, process, queue, got, batches, heartbeat, backoff)
-                expired += _settle(queue, got, failed_ids, backoff, failures, batches)
+                failed_ids = _process(spark, process, queue, got, batches, heartbeat, retry)
+                expired += _settle(queue, got, failed_ids, retry, failures, batches)
                 batches += 1
                 messages += len(got)
                 failed += len(failed_ids)
@@ -124,11 +128,11 @@ def _process(
     got: list[Message],
     batch_id: int,
     heartbeat: Heartbeat,
-    backoff: Backoff,
+    retry: RetryPolicy,
 ) -> set[str]:
     """Run ``process`` on a batch while the heartbeat holds it; return the ids
-    of the rows it failed. If it raises, release the batch (after the backoff,
-    or at once if interrupted) and re-raise."""
+    of the rows it failed. If it raises, release the batch (after the retry
+    delays, or at once if interrupted) and re-raise."""
     heartbeat.watch(*got)
     try:
         try:
@@ -137,7 +141,7 @@ def _process(
         finally:
             heartbeat.watch()
     except Exception:
-        _release(queue, got, [backoff.delay(m.receive_count) for m in got])
+        _release(queue, got, [retry.delay(m.receive_count) for m in got])
         raise
     except BaseException:
         _release(queue, got, [0.0] * len(got))
@@ -175,14 +179,14 @@ def _settle(
     queue: Queue,
     got: list[Message],
     failed_ids: set[str],
-    backoff: Backoff,
+    retry: RetryPolicy,
     failures: FailureLog,
     batch_id: int,
 ) -> int:
-    """Release the failed rows after their backoff, delete the others; return
+    """Release the failed rows after their retry delays, delete the others; return
     how many receipts were stale (someone else received them meanwhile)."""
     failed = [m for m in got if m.id in failed_ids]
-    delays = [backoff.delay(m.receive_count) for m in failed]
+    delays = [retry.delay(m.receive_count) for m in failed]
     for message, delay in zip(failed, delays, strict=True):
         failures.failed(message, RuntimeError(f"process failed its row in batch {batch_id}"), delay)
     stale = _release(queue, failed, delays)

@@ -17,17 +17,19 @@ A store is one queue's flat namespace (:class:`Store`). To add a backend:
 
   where ``open_store(url, storage_options)`` returns a :class:`Store`.
 
+A store's ``read_limited`` refuses an object over the limit with :class:`TooLarge`.
 A ``Store`` object also works without a scheme: ``vsqs.Queue(store)``.
 See ``docs/stores.md``.
 """
 
 from __future__ import annotations
 
-from ._base import OutcomeUnknown, Store
+from ._base import OutcomeUnknown, Store, TooLarge
 from ._fsspec import FsspecObjects
 from ._local import LocalStore
 from ._memory import MemoryStore
-from ._object import ObjectIO, ObjectStore
+from ._object import ObjectStore
+from ._object_io import ObjectIO
 from ._registry import ENTRY_POINT_GROUP, Opener, register_scheme, unregister_scheme
 
 __all__ = [
@@ -40,6 +42,7 @@ __all__ = [
     "Opener",
     "OutcomeUnknown",
     "Store",
+    "TooLarge",
     "register_scheme",
     "unregister_scheme",
 ]

@@ -1,4 +1,4 @@
-"""Any fsspec filesystem as an :class:`~vsqs.stores._object.ObjectIO` (``memory://`` ...).
+"""Any fsspec filesystem as an :class:`~vsqs.stores._object_io.ObjectIO` (``memory://`` ...).
 
 One request per call where the filesystem maps it to one: ``ls``, ``cat_file``,
 ``info``, ``pipe_file(mode="create")``, ``cp_file`` and ``rm_file``. Whether a
@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from .. import _forks
-from ._object import ObjectIO
+from ._object_io import ObjectIO
 
 _MEMORY = _forks.lock()
 

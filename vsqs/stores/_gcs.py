@@ -32,7 +32,7 @@ from urllib.parse import quote, urlencode
 
 from .._errors import UnsupportedStore
 from ._fsspec import FsspecObjects
-from ._object import http_date
+from ._object_io import http_date
 
 #: Names of one listing page (the JSON API's most).
 _PAGE = 1000

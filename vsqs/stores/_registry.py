@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
-import re
 import stat
 from collections.abc import Callable
 from importlib.metadata import entry_points
@@ -34,6 +33,16 @@ from .._fanout import POOL_THREADS
 from .._names import CONFIG_NAME, validate_queue_name
 from ._base import Store
 from ._local import LocalStore
+from ._location import (
+    SCHEME,
+    Location,
+    check_components,
+    file_url_path,
+    location_text,
+    url_path,
+    without_credentials,
+)
+from ._location import mistyped_url as mistyped_spelling
 
 #: scheme -> (package, vsqs extra that installs it); other schemes need only fsspec.
 _PACKAGES = {
@@ -49,7 +58,6 @@ _BUCKETED = {"s3", "s3a", "gs", "gcs"}
 Opener = Callable[[str, dict[str, Any]], Store]
 #: The entry-point group under which installed packages offer stores, by scheme.
 ENTRY_POINT_GROUP = "vsqs.stores"
-_SCHEME = re.compile(r"[a-z][a-z0-9+.-]*")
 _registered: dict[str, Opener | str] = {}
 _plugins: dict[str, str] | None = None  # scheme -> "module:attr", read once
 _registry_lock = _forks.lock()
@@ -66,7 +74,7 @@ def register_scheme(scheme: str, opener: Opener | str, *, clobber: bool = False)
     registered; replacing another registration, or vsqs's own ``s3``, ``s3a``,
     ``gs`` and ``gcs``, needs ``clobber=True``.
     """
-    if not isinstance(scheme, str) or not _SCHEME.fullmatch(scheme.lower()):
+    if not isinstance(scheme, str) or not SCHEME.fullmatch(scheme.lower()):
         raise InvalidArgument(
             f"{scheme!r:.40} is not a URL scheme (RFC 3986: a letter, then a-z0-9+.-)"
         )
@@ -118,7 +126,7 @@ def _installed_plugins() -> dict[str, str]:
     global _plugins
     if _plugins is None:
         found = {ep.name.lower(): ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
-        _plugins = {k: v for k, v in found.items() if _SCHEME.fullmatch(k) and k != "file"}
+        _plugins = {k: v for k, v in found.items() if SCHEME.fullmatch(k) and k != "file"}
     return _plugins
 
 
@@ -126,12 +134,24 @@ def open_store(location: object, storage_options: dict[str, Any] | None) -> Stor
     """Resolve a path, URL or :class:`Store` to a store (not yet opened)."""
     if isinstance(location, Store):
         return location
-    scheme, url = _split(location)
-    if scheme is not None:
-        return _object_store(scheme, url, storage_options or {})
+    where = parse_location(location)
+    if where.scheme is not None:
+        return _object_store(where.scheme, where.url, storage_options or {})
     if storage_options:
         raise UnsupportedStore("storage_options apply to object-store URLs, not local paths")
-    return LocalStore(_local_path(url))
+    return LocalStore(where.url)
+
+
+def parse_location(location: object) -> Location:
+    """:meth:`Location.parse` knowing the schemes registered in this process
+    and installed as plugins (a local path starting like one is a mistyped URL)."""
+    return Location.parse(location, _KNOWN_SCHEMES)
+
+
+def same_location(a: object, b: object) -> bool:
+    """Whether two paths or URLs name one queue, as far as their spelling
+    tells (:attr:`~vsqs.stores._location.Location.key`)."""
+    return parse_location(a).key == parse_location(b).key
 
 
 def check_location(location: str) -> None:
@@ -139,133 +159,38 @@ def check_location(location: str) -> None:
     making a store or a request: a path or URL that names no valid queue, a
     mistyped URL, a web URL, and a scheme that no store on this host serves
     (with the extra that installs its package)."""
-    scheme, url = _split(location)
-    if scheme is None:
-        _local_path(url)
+    where = parse_location(location)
+    if where.scheme is None:
         return
-    _check_url(scheme, url)
-    if _opener(scheme) is None:
-        for protocol in scheme.split("::"):
+    _check_url(where.scheme, where.url)
+    if _opener(where.scheme) is None:
+        for protocol in where.scheme.split("::"):
             _filesystem_class(protocol)
-
-
-#: Schemes that name the stores of another (``s3a`` is Hadoop's name for S3).
-_ALIASES = {"s3a": "s3", "gcs": "gs"}
-
-
-def location_key(location: object) -> str:
-    """What two spellings of one queue location have in common, found without
-    making a store: a local path or ``file://`` URL as its real path (after
-    symlinks); an object-store URL as its scheme (aliases folded) and its
-    path without slashes around it. Two endpoints of one server are not
-    found out this way (:func:`vsqs._place.same_place` looks)."""
-    scheme, url = _split(location)
-    if scheme is None:
-        return os.path.realpath(_local_path(url))
-    return f"{_ALIASES.get(scheme, scheme)}://{url.partition('://')[2].strip('/')}"
-
-
-def _split(location: object) -> tuple[str | None, str]:
-    """``(scheme, url)`` of an object-store URL (scheme in lower case), or
-    ``(None, text)`` of a local path or ``file://`` URL."""
-    text = _location_text(location, "queue location is a path, URL or Store")
-    scheme, sep, rest = text.partition("://")
-    scheme = scheme.lower()  # schemes are case-insensitive (RFC 3986)
-    if sep and not all(_SCHEME.fullmatch(part) for part in scheme.split("::")):
-        spaces = " (spaces around it?)" if scheme != scheme.strip() else ""
-        raise InvalidQueueName(f"{text!r:.80}: {scheme!r:.40} is not a URL scheme{spaces}")
-    if sep and scheme != "file":
-        return scheme, f"{scheme}://{rest}"
-    return None, text
-
-
-def _local_path(text: str) -> str:
-    """The absolute path of a local path or ``file://`` URL (validated)."""
-    _, sep, rest = text.partition("://")
-    if sep:
-        text = _file_url_path(text, rest)
-    else:
-        _refuse_mistyped_url(text)
-    path = os.path.abspath(text)
-    validate_queue_name(os.path.basename(path))
-    return path
-
-
-def _location_text(location: object, what: str) -> str:
-    """The text of an untrusted path or URL; refuse other types, NUL and blank text."""
-    if not isinstance(location, str | os.PathLike):
-        raise InvalidQueueName(f"a {what}, not {type(location).__name__}")
-    text = os.fspath(location)
-    if not isinstance(text, str):
-        raise InvalidQueueName("a queue path must be text, not bytes")
-    if "\x00" in text or not text.strip():
-        raise InvalidQueueName(f"invalid queue path {text!r:.80}")
-    try:
-        os.fsencode(text)
-    except UnicodeEncodeError:  # a lone surrogate that no file or key name can hold
-        raise InvalidQueueName(f"invalid queue path {text!r:.80}: not encodable") from None
-    return text
-
-
-#: Schemes whose ``scheme:`` at the start of a local path is a mistyped URL.
-_LIKELY_SCHEMES = {"s3", "s3a", "gs", "gcs", "file", "memory", "http", "https", "ftp", "sftp"}
-#: Web URLs can be read, not written exclusively: no queue lives there.
-_WEB = {"http", "https"}
 
 
 def mistyped_url(path: str) -> str | None:
     """The URL that a local path starting like a URL with a slash or two
-    missing (``s3:/bucket/q``, ``s3:bucket/q``, ``file:/tmp/q``) probably
-    meant, or ``None`` if it does not look like one."""
-    head = path.split("/", 1)[0]
-    prefix, colon, rest = path.partition(":")
-    known = _LIKELY_SCHEMES | set(_registered) | set(_installed_plugins())
-    if not colon or ":" not in head or prefix.lower() not in known:
-        return None
-    scheme = prefix.lower()
-    if scheme == "file":  # file:///tmp/q is /tmp/q; file:tmp/q would be tmp/q
-        return f"file://{rest}" if rest.startswith("/") else rest
-    return f"{scheme}://{rest.lstrip('/')}"
+    missing probably meant (:func:`~vsqs.stores._location.mistyped_url`,
+    schemes registered or installed here included), or ``None``."""
+    return mistyped_spelling(path, _KNOWN_SCHEMES)
 
 
-def _refuse_mistyped_url(path: str) -> None:
-    """Refuse a local path that looks like a mistyped URL: it would make a
-    directory ``s3:``."""
-    fixed = mistyped_url(path)
-    if fixed is not None:
-        raise InvalidQueueName(
-            f"{path!r:.80} looks like a mistyped URL: did you mean {fixed!r:.80}?"
-        )
+class _KnownSchemes:
+    """The schemes registered in this process or installed as plugins, looked
+    up only when a path starts like a URL (plugins are read once, on demand)."""
+
+    def __contains__(self, scheme: object) -> bool:
+        with _registry_lock:
+            if scheme in _registered:
+                return True
+        return scheme in _installed_plugins()
 
 
-def _file_url_path(url: str, path: str) -> str:
-    """The path of a ``file://`` URL (RFC 8089: its host, if any, must be
-    ``localhost``); an empty one would be the working directory."""
-    host, slash, rest = path.partition("/")
-    if host.lower() == "localhost":
-        path = slash + rest
-    elif host:  # fsspec would take file://tmp/q for the relative path tmp/q
-        raise InvalidQueueName(
-            f"{url!r:.80} names the host {host!r:.40}: a local directory is "
-            f"'file:///{path}' (three slashes) or a plain path"
-        )
-    if not path.strip():
-        raise InvalidQueueName(f"{url!r:.80}: a file:// URL needs a path")
-    return path
+_KNOWN_SCHEMES = _KnownSchemes()
 
 
-def _url_path(url: str) -> str:
-    """The path a URL names: after its last ``::`` link and scheme, without a query."""
-    return url.rsplit("::", 1)[-1].split("://", 1)[-1].split("?", 1)[0].rstrip("/")
-
-
-def _check_components(url: str) -> str:
-    """Refuse a URL whose path has an empty, ``.`` or ``..`` component, before
-    any filesystem (and its credential lookup) is made. Returns the last component."""
-    parts = _url_path(url).split("/")
-    if any(part in ("", ".", "..") for part in parts[1:]) or parts[0] in (".", ".."):
-        raise InvalidQueueName(f"{url}: empty, '.' or '..' path components are refused")
-    return parts[-1]
+#: Web URLs can be read, not written exclusively: no queue lives there.
+_WEB = {"http", "https"}
 
 
 def _check_resolved(url: str, path: str, name: str) -> None:
@@ -274,31 +199,37 @@ def _check_resolved(url: str, path: str, name: str) -> None:
     chained URL whose outer link ignores the inner path (``file::memory://a/q``
     is the working directory)."""
     if path.rpartition("/")[2] != name or (
-        "::" in url and path.strip("/") != _url_path(url).strip("/")
+        "::" in url and path.strip("/") != url_path(url).strip("/")
     ):
-        raise InvalidQueueName(f"{url}: resolves to {path!r}, not to the path it names")
+        raise InvalidQueueName(
+            f"{without_credentials(url)}: resolves to {path!r}, not to the path it names"
+        )
 
 
 def _check_registered(url: str) -> None:
     """Refuse, for a registered scheme's opener, a URL with a query, fragment or
     ``::`` chain: an opener parses its URL its own way, so the whole of what
-    follows ``://`` must be the path :func:`_check_components` checked
+    follows ``://`` must be the path :func:`~vsqs.stores._location.check_components` checked
     (``mystore://../..::x/q`` would pass it)."""
     if any(mark in url.partition("://")[2] for mark in ("?", "#", "::")):
-        raise InvalidQueueName(f"{url}: a query, fragment or '::' chain is refused here")
+        raise InvalidQueueName(
+            f"{without_credentials(url)}: a query, fragment or '::' chain is refused here"
+        )
 
 
 def _check_url(scheme: str, url: str) -> str:
     """Refuse an object-store URL that names no queue, or that only a web
     server would serve; its queue name."""
-    name = validate_queue_name(_check_components(url))
+    name = validate_queue_name(check_components(url))
     if _opener(scheme) is not None:
         _check_registered(url)
-    elif scheme in _BUCKETED and "/" not in _url_path(url):
-        raise InvalidQueueName(f"{url}: name a queue inside the bucket ({scheme}://bucket/queue)")
+    elif scheme in _BUCKETED and "/" not in url_path(url):
+        raise InvalidQueueName(
+            f"{without_credentials(url)}: name a queue inside the bucket ({scheme}://bucket/queue)"
+        )
     elif scheme in _WEB:
         raise UnsupportedStore(
-            f"{url}: a web server cannot hold a queue (no exclusive creates); "
+            f"{without_credentials(url)}: a web server cannot hold a queue (no exclusive creates); "
             "use s3://, gs://, a registered scheme or a path"
         )
     return name
@@ -311,7 +242,7 @@ def _object_store(scheme: str, url: str, storage_options: dict[str, Any]) -> Sto
         store = opener(url, dict(storage_options))
         if not isinstance(store, Store):
             raise UnsupportedStore(
-                f"{url}: the store registered for {scheme}:// returned a "
+                f"{without_credentials(url)}: the store registered for {scheme}:// returned a "
                 f"{type(store).__name__}, not a vsqs Store"
             )
         return store
@@ -386,7 +317,7 @@ def _filesystem(scheme: str, url: str, storage_options: dict[str, Any]) -> tuple
     except ValueError as exc:  # fsspec: "Protocol not known"
         raise UnsupportedStore(f"no vsqs backend for {scheme}:// URLs: {exc}") from None
     except OSError as exc:  # a filesystem that connects when it is made (ftp, sftp)
-        raise StorageError(f"opening {url}: {exc}") from exc
+        raise StorageError(f"opening {without_credentials(url)}: {exc}") from exc
     return fs, path.rstrip("/")
 
 
@@ -400,16 +331,19 @@ def list_queues(
     anything else is skipped, and symlinks are not followed. One listing of
     ``root`` plus one check per child; no queue is opened or changed.
     """
-    text = _location_text(root, "queue root is a path or URL")
+    text = location_text(root, "queue root is a path or URL")
     scheme, sep, rest = text.partition("://")
     if not sep or scheme == "file":
         if storage_options:
             raise UnsupportedStore("storage_options apply to object-store URLs, not local paths")
-        return _local_queues(os.path.abspath(_file_url_path(text, rest) if sep else text))
+        return _local_queues(os.path.abspath(file_url_path(text, rest) if sep else text))
     scheme = scheme.lower()
-    last = _check_components(text)
+    last = check_components(text)
     if _opener(scheme) is not None:
-        raise UnsupportedStore(f"{text}: listing the queues of {scheme}:// stores is not supported")
+        raise UnsupportedStore(
+            f"{without_credentials(text)}: listing the queues of {scheme}:// stores "
+            "is not supported"
+        )
     fs, path = _filesystem(scheme, text, storage_options or {})
     _check_resolved(text, path, last)
     found = []
@@ -421,9 +355,9 @@ def list_queues(
             if fs.isfile(f"{child}/{CONFIG_NAME}"):
                 found.append(_display_url(text, child, scheme in _BUCKETED))
     except FileNotFoundError:
-        raise QueueNotFound(f"nothing at {text}") from None
+        raise QueueNotFound(f"nothing at {without_credentials(text)}") from None
     except Exception as exc:  # OSError, or the client library's own (botocore, aiohttp)
-        raise _listing_error(exc, text) from exc
+        raise _listing_error(exc, without_credentials(text)) from exc
     return sorted(found)
 
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from .._errors import InvalidArgument, UnsupportedStore
 from ._fsspec import FsspecObjects
-from ._object import http_date
+from ._object_io import http_date
 
 log = logging.getLogger("vsqs")
 

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 import pytest
 
 import vsqs
+from vsqs import _candidates as candidates
 from vsqs import _names as names
 from vsqs import _receiver as receiver
 from vsqs._place import same_place
@@ -299,7 +300,7 @@ class AdminTests:
         self, store: vsqs.Store, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         # Without a wake, the poll below would look again only after an hour.
-        monkeypatch.setattr(receiver, "STALE_AFTER", 3600.0)
+        monkeypatch.setattr(candidates, "STALE_AFTER", 3600.0)
         monkeypatch.setattr(receiver, "POLL_INTERVAL", 3600.0)
         q = vsqs.Queue(store, max_poll_interval=3600)
         q.send(b"first")

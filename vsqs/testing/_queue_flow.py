@@ -197,11 +197,11 @@ class FlowTests:
                 assert [m.id for m in q.receive_batch(10)] == [good, later]
                 assert q.receive() is None  # passed over, not tried again
                 assert len(failed) == 1
-                clock.advance(1)  # its first backoff ends: tried again, and again unread
+                clock.advance(1)  # its first pass-over ends: tried again, and again unread
                 with pytest.raises(vsqs.StorageError, match="injected"):
                     q.receive()
                 clock.advance(1.5)
-                assert q.receive() is None  # a second backoff of 2 s
+                assert q.receive() is None  # a second pass-over, of 2 s
                 assert len(failed) == 2
             clock.advance(1)
             again = q.receive()

@@ -1,0 +1,152 @@
+"""A queue's administration: opening (and creating) it, and the bodies of
+:meth:`vsqs.Queue.peek`, ``stats``, ``purge`` and ``gc``.
+
+Opening reads the queue's config, or creates it once (the first creator's
+config wins; later ones are checked against it). Peek and stats change
+nothing; purge and gc remove only names of the format (docs/format.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from contextlib import suppress
+from typing import Any
+
+from . import _inspect as inspect
+from . import _names as names
+from ._config import QueueConfig
+from ._dead_letter import collect_origins, remove_records
+from ._errors import QueueNotFound, UnsupportedStore, storage_errors
+from ._message import Message, Owner, Progress, QueueStats, read_origin
+from ._publish import publish
+from .stores._base import Store, TooLarge
+
+log = logging.getLogger("vsqs")
+
+
+def open_config(
+    store: Store,
+    clock: names.MsClock,
+    *,
+    create: bool,
+    durable: bool,
+    unsafe_claims: bool,
+    requested: dict[str, Any],
+) -> QueueConfig:
+    """The config of the queue in ``store``, made from ``requested`` when
+    ``create`` and there is none (:meth:`QueueConfig.create`); raises
+    :class:`QueueConfigError` where ``requested`` disagrees with it,
+    :class:`QueueNotFound` without one."""
+    url = store.url
+    with storage_errors(f"opening {url}"):
+        if not store.ensure(create):
+            raise QueueNotFound(f"no queue at {url}")
+        check_claims(store, unsafe_claims)
+        try:
+            config = QueueConfig.from_json(store.read(names.CONFIG_NAME), url)
+        except FileNotFoundError:
+            if not create:
+                raise QueueNotFound(f"no queue at {url} (no vsqs config in it)") from None
+            config = QueueConfig.create(requested)
+            message_id = clock.next_id()
+            if publish(
+                store, durable, message_id, config.to_json(), names.CONFIG_NAME, replace_new=False
+            ):
+                return config
+            config = QueueConfig.from_json(store.read(names.CONFIG_NAME), url)
+        config.check_agrees(requested, url)
+        return config
+
+
+def check_claims(store: Store, unsafe_claims: bool) -> None:
+    """Refuse a store that cannot make claims exclusive, unless told not to."""
+    if store.exclusive_claims():
+        return
+    if not unsafe_claims:
+        why = f" ({store.refusal})" if store.refusal else ""
+        raise UnsupportedStore(
+            f"{store.url}: this store cannot make claims exclusive{why}, so two "
+            "consumers could receive the same message at once. To use it "
+            "anyway: unsafe_claims=True (Python), --unsafe-claims (vsqs "
+            'command), .option("unsafeClaims", "true") (Spark); see '
+            "docs/protocol.md"
+        )
+    log.warning("%s: claims are not exclusive here (unsafe_claims=True)", store.url)
+
+
+def peek(
+    owner: Owner, store: Store, clock: names.MsClock, max_size: int, max_messages: int
+) -> list[Message]:
+    """See :meth:`vsqs.Queue.peek` (``max_messages`` checked by the caller)."""
+    now = clock.now_ms()
+    out: list[Message] = []
+    with storage_errors(f"peeking into {store.url}"):
+        found, origins = inspect.scan(store, now)
+        ready = sorted((e.name, e.parsed) for e in found if e.state == names.READY)
+        for name, parsed in ready:
+            try:
+                body = store.read_limited(name, max_size)
+            except FileNotFoundError:
+                continue
+            except TooLarge as exc:
+                log.warning("%s: peek passes over %s, too large: %s", store.url, name, exc.strerror)
+                continue
+            origin = read_origin(store, origins.get(parsed.id, ()))
+            out.append(
+                Message(owner, parsed.id, body, None, parsed.receive_count, dead_lettered=origin)
+            )
+            if len(out) == max_messages:
+                break
+    return out
+
+
+def stats(
+    store: Store, clock: names.MsClock, dead_letter_depth: Callable[[], int] | None
+) -> QueueStats:
+    """See :meth:`vsqs.Queue.stats`; ``dead_letter_depth`` counts the
+    dead-letter queue (``None`` without one)."""
+    with storage_errors(f"listing {store.url}"):
+        t = inspect.tally(store, clock.now_ms())
+    return QueueStats(
+        ready=t.ready,
+        in_flight=t.in_flight,
+        delayed=t.delayed,
+        writing=t.writing,
+        oldest_ready_age=t.seconds_ago(t.oldest_sent_ms),
+        next_visible_in=t.seconds_until(t.next_visible_ms),
+        in_flight_expires_in=t.seconds_until(t.in_flight_expiry_ms),
+        dead_letter=None if dead_letter_depth is None else dead_letter_depth(),
+    )
+
+
+def purge(store: Store, progress: Progress | None) -> int:
+    """See :meth:`vsqs.Queue.purge` (the caller's receiver forgets what it knew first)."""
+    removed = 0
+    with storage_errors(f"purging {store.url}"):
+        found, origins = inspect.scan(store, 0)
+        doomed = [e for e in found if e.is_message]
+        for done, entry in enumerate(doomed, 1):
+            with suppress(FileNotFoundError):
+                store.delete(entry.name, known=True)
+                removed += 1
+                # Its message is gone: so are the records listed with it
+                # (not those of a message whose delete lost a race: it lives on).
+                remove_records(store, origins.pop(entry.parsed.id, ()))
+            if progress is not None:
+                progress(done, len(doomed))
+        store.flush()
+    log.info("%s: purged %d messages", store.url, removed)
+    return removed
+
+
+def gc(
+    store: Store, clock: names.MsClock, new_grace_ms: int, progress: Progress | None
+) -> list[str]:
+    """See :meth:`vsqs.Queue.gc`."""
+    with storage_errors(f"collecting leftovers in {store.url}"):
+        now = clock.now_ms()
+        leftovers = inspect.stale_new(store, now, new_grace_ms)
+        removed = inspect.collect_stale_new(store, leftovers, store.url, progress)
+        removed += collect_origins(store, now, new_grace_ms)
+        return removed + store.take_repairs()

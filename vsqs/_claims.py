@@ -1,0 +1,330 @@
+"""Claims: renaming candidates to held names, reading their bodies, giving back.
+
+:class:`Claims` claims the oldest candidates of its :class:`~vsqs._view.View`
+by renaming (docs/format.md): one at a time, or, where renames cost requests,
+a batch side by side; reads the bodies outside the lock, hands a message past
+its receive limit to dead-lettering, and gives back at once (uncounted) a
+claim that delivered nothing. The long poll around it is
+:class:`vsqs._receiver.Receiver`'s.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import NamedTuple
+
+from . import _names as names
+from ._errors import VsqsError
+from ._fanout import fan_out
+from ._view import View
+from .stores._base import Outcomes, OutcomeUnknown, TooLarge
+
+log = logging.getLogger("vsqs")
+
+
+#: ``exhausted(held, body)``: a claimed message past ``max_receives`` (its held name and body).
+Exhausted = Callable[[str, bytes], None]
+
+
+class Claim(NamedTuple):
+    """A message this client now holds: its id, held name, receive count and
+    body, and the origin records the last listing showed of it."""
+
+    id: str
+    name: str
+    receive_count: int
+    expiry_ms: int
+    body: bytes
+    origin: names.Records = ()
+
+
+class Plan(NamedTuple):
+    """A claim to try: rename ``candidate`` to ``held``."""
+
+    candidate: str
+    id: str
+    held: str
+    receive_count: int
+    expiry_ms: int
+
+
+class Claims(View):
+    """Claims and reads messages for one client; the lock of its view is held
+    across the renames of a claim (or of a batch made side by side), never
+    across body reads or dead-lettering."""
+
+    def _claim_available(
+        self,
+        max_messages: int,
+        vt_ms: int,
+        max_receives: int | None,
+        exhausted: Exhausted | None,
+        max_size: int | None,
+    ) -> list[Claim]:
+        """Claim and read up to ``max_messages`` candidates: one at a time, or,
+        where renames cost requests, as many at once as are still wanted."""
+        out: list[Claim] = []
+        # Names this call made invisible join the expiry heap only when it
+        # ends, so a short visibility timeout cannot bring a message back into
+        # the same batch.
+        claimed_ids: set[str] = set()
+        later: list[tuple[str, int]] = []
+        relists = 0
+        wide = self._store.renames_cost_requests
+        failure: Exception | None = None
+        try:
+            while len(out) < max_messages and failure is None:
+                with self._lock:
+                    wanted = max_messages - len(out) if wide else 1
+                    plans, relists = self._plan(wanted, vt_ms, claimed_ids, later, relists)
+                    if not plans:
+                        break
+                    won = self._rename(plans)
+                claimed_ids.update(plan.id for plan in won)
+                failure = self._read(won, max_receives, exhausted, max_size, out, later)
+        except OSError as exc:  # a later listing or claim of the batch
+            failure = exc
+        finally:
+            with self._lock:
+                for name, expiry in later:
+                    self._candidates.add_invisible(name, expiry)
+        if failure is not None:
+            if not out:
+                raise failure
+            # What was read is returned; the error shows again at the next call.
+            log.warning(
+                "%s: a receive failed after %d messages were read: %s",
+                self._store.url,
+                len(out),
+                failure,
+            )
+        return self._unexpired(out) if vt_ms else out
+
+    def _plan(
+        self,
+        wanted: int,
+        vt_ms: int,
+        claimed_ids: set[str],
+        later: list[tuple[str, int]],
+        relists: int,
+    ) -> tuple[list[Plan], int]:
+        """The next ``wanted`` claims to try, of distinct messages not claimed
+        in this batch yet, and the listings taken so far (caller holds the lock)."""
+        plans: list[Plan] = []
+        ids = set(claimed_ids) if wanted > 1 else claimed_ids
+        while len(plans) < wanted:
+            name, relists, now = self._next_candidate(relists, may_list=not plans)
+            if name is None:
+                break
+            parsed = names.parse(name)
+            if parsed is None or parsed.state == names.NEW or not names.is_visible(parsed, now):
+                continue  # foreign, or not visible (any more)
+            if self._passes_over(parsed.id) or not self._can_claim(parsed, name):
+                continue  # back with the next listing, never due by itself: no spin
+            if parsed.id in ids:  # not again in this batch
+                if parsed.expiry_ms is not None:
+                    later.append((name, parsed.expiry_ms))
+                continue
+            if wanted > 1:
+                ids.add(parsed.id)
+            count = min(parsed.receive_count + 1, names.MAX_COUNT)  # as the name spells it
+            expiry = self._clock.expiry_ms(vt_ms)
+            plans.append(
+                Plan(name, parsed.id, names.next_name(parsed, expiry, count), count, expiry)
+            )
+        return plans, relists
+
+    def _rename(self, plans: list[Plan]) -> list[Plan]:
+        """Rename each planned candidate to held; the plans won, in order
+        (caller holds the lock). A storage error is raised if nothing was won."""
+        store = self._store
+        if len(plans) == 1:  # the common receive(): no batch to set up
+            error = self._rename_one(plans[0])
+            if error is None:
+                self._candidates.won()
+                return plans
+            errors: Outcomes = [error]
+        else:
+            errors = store.rename_batch([(plan.candidate, plan.held) for plan in plans])
+        won: list[Plan] = []
+        failure: OSError | None = None
+        for plan, error in zip(plans, errors, strict=True):
+            if error is None:
+                self._candidates.won()
+                won.append(plan)
+            elif isinstance(error, OutcomeUnknown):
+                # Slow enough that a lister may have finished it for us: not
+                # ours to return; if it took effect, the message comes back at
+                # the held name's expiry, as from a claimer that died.
+                log.warning(
+                    "%s: a claim of %s was too slow to tell its outcome", store.url, plan.candidate
+                )
+            elif isinstance(error, FileNotFoundError | FileExistsError):
+                skipped = self._candidates.lost(store.renames_cost_requests)
+                log.debug("%s: lost a claim race; skipping %d candidates", store.url, skipped)
+            else:
+                failure = failure or error
+        if failure is not None and not won:
+            raise failure
+        if failure is not None:  # what was won is returned; the error shows at the next call
+            log.warning("%s: a claim failed: %s", store.url, failure)
+        return won
+
+    def _rename_one(self, plan: Plan) -> OSError | None:
+        try:
+            self._store.rename(plan.candidate, plan.held)
+        except OSError as exc:
+            return exc
+        return None
+
+    def _read(
+        self,
+        won: list[Plan],
+        max_receives: int | None,
+        exhausted: Exhausted | None,
+        max_size: int | None,
+        out: list[Claim],
+        later: list[tuple[str, int]],
+    ) -> Exception | None:
+        """Read the bodies of the claims ``won`` (side by side where renames
+        cost requests) into ``out``; one past ``max_receives`` goes to
+        ``exhausted`` instead, and one larger than ``max_size`` to nobody.
+        The name each claim is left at, and its expiry, go to ``later``.
+
+        A claim whose body could not be read is given back at once
+        (:meth:`_give_back`) and passed over for a while (:class:`Unreadable`);
+        the first error of a read or of ``exhausted`` is returned (a message
+        ``exhausted`` failed on stays held).
+        """
+        store = self._store
+
+        def read(name: str) -> bytes:
+            return store.read(name) if max_size is None else store.read_limited(name, max_size)
+
+        failure: Exception | None = None
+        unread: list[Plan] = []
+        first = len(out)  # claims of earlier rounds of the batch are in ``out`` already
+        origins = self._candidates.origins
+        bodies = fan_out(read, [plan.held for plan in won], store.batch_width)
+        for plan, outcome in zip(won, bodies, strict=True):
+            error = outcome.exception()
+            if isinstance(error, FileNotFoundError):
+                continue  # already expired and taken by another receiver
+            if isinstance(error, OSError) and not isinstance(error, TooLarge):
+                unread.append(plan)
+                failure = failure or error
+                continue
+            later.append((plan.held, plan.expiry_ms))
+            if isinstance(error, TooLarge):
+                self._pass_over(plan, error)
+                continue
+            body = outcome.result()
+            try:
+                if self._exhausted(plan, body, max_receives, exhausted):
+                    continue
+            except (OSError, VsqsError) as exc:
+                failure = failure or exc
+                continue
+            origin = origins.get(plan.id, ())
+            out.append(Claim(plan.id, plan.held, plan.receive_count, plan.expiry_ms, body, origin))
+        if unread:
+            later.extend(self._give_back([(plan.held, _count_before(plan)) for plan in unread]))
+        if unread or self._unreadable:
+            with self._lock:
+                self._unreadable.update(
+                    [plan.id for plan in unread],
+                    [claim.id for claim in out[first:]],
+                    self._clock.elapsed(),
+                )
+        return failure
+
+    def _give_back(self, unread: list[tuple[str, int]]) -> list[tuple[str, int]]:
+        """Make claims that delivered nothing (``(held name, receive count
+        before the claim)``) visible again at once, with that count (a claim
+        that delivered nothing counts nothing; docs/format.md, "Transitions").
+        The renames take the next version, as every rename does. Returns the
+        name each is left at and its expiry: a claim whose give-back failed
+        too stays held until its visibility timeout, counted."""
+        store, now = self._store, self._clock.now_ms()
+        moves: list[tuple[str, str]] = []
+        expiries: list[int] = []
+        for held_name, count in unread:
+            held = names.parse(held_name)
+            assert held is not None and held.expiry_ms is not None
+            moves.append((held_name, names.next_name(held, now, count)))
+            expiries.append(held.expiry_ms)
+        left: list[tuple[str, int]] = []
+        for (held_name, back), expiry, error in zip(
+            moves, expiries, store.rename_batch(moves), strict=True
+        ):
+            if error is None:
+                left.append((back, now))
+            elif not isinstance(error, FileNotFoundError):  # else expired and taken by another
+                log.warning("%s: could not give back %s: %s", store.url, held_name, error)
+                left.append((held_name, expiry))
+        return left
+
+    def give_back(self, held: list[str]) -> None:
+        """Make claims that reached no caller (a cancelled asyncio receive)
+        visible again at once, uncounted, as :meth:`_give_back` does with
+        claims whose body could not be read."""
+        unread = []
+        for name in held:
+            parsed = names.parse(name)
+            if parsed is not None and parsed.expiry_ms is not None:
+                unread.append((name, max(parsed.receive_count - 1, 0)))
+        left = self._give_back(unread)
+        with self._lock:
+            for name in held:
+                self._candidates.forget(name)
+            for name, expiry in left:
+                self._candidates.add_invisible(name, expiry)
+
+    def _pass_over(self, plan: Plan, error: TooLarge) -> None:
+        """A message too large to read: held until its visibility timeout runs
+        out (not released, so others do not take it at once), and never
+        claimed by this receiver again."""
+        with self._lock:
+            self._passed_over.add(plan.id)
+        log.warning(
+            "%s: message %s is too large to receive (%s); it is left in the queue, "
+            "this receiver passes over it from now on (docs/format.md, maximum size)",
+            self._store.url,
+            plan.held,
+            error.strerror,
+        )
+
+    @staticmethod
+    def _exhausted(
+        plan: Plan, body: bytes, max_receives: int | None, exhausted: Exhausted | None
+    ) -> bool:
+        """Hand a claim past ``max_receives`` to ``exhausted``; whether it was."""
+        if max_receives is None or exhausted is None or plan.receive_count <= max_receives:
+            return False
+        exhausted(plan.held, body)
+        return True
+
+    def _unexpired(self, claimed: list[Claim]) -> list[Claim]:
+        """Drop claims whose visibility timeout ran out before the batch returns
+        (slow storage, or slow later claims of the batch): others may hold the
+        message already. It is visible again, with its receive count."""
+        now = self._clock.now_ms()
+        kept = []
+        for claim in claimed:
+            if claim.expiry_ms <= now:
+                log.warning(
+                    "%s: the claim of %s outlasted its visibility timeout",
+                    self._store.url,
+                    claim.name,
+                )
+                continue
+            kept.append(claim)
+        return kept
+
+
+def _count_before(plan: Plan) -> int:
+    """The receive count of the message before this claim (its candidate's)."""
+    had = names.parse(plan.candidate)
+    assert had is not None
+    return had.receive_count

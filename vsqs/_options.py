@@ -1,0 +1,139 @@
+"""The options of a ``consume`` (sync, asyncio and Spark alike) and its retry policy.
+
+Each setting a ``consume`` reads comes from the first of: the argument of the
+call, the queue's config (which its creator wrote once from its own
+arguments, else the ``VSQS_*`` environment variables, else the built-in
+defaults: :meth:`QueueConfig.create`), and for the settings a config does
+not hold, their defaults. :meth:`ConsumeOptions.resolve` is where a call's
+arguments meet the config: every face builds one :class:`ConsumeOptions`
+from its keyword arguments and runs the :class:`ConsumePlan` it resolves to.
+
+These classes are not exported: each face's keyword arguments are its API,
+and an ``options=`` beside them would be a second way to say the same thing,
+with a rule of its own for which one wins.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ._config import (
+    DEFAULT_MAX_RETRY_DELAY,
+    DEFAULT_RETRY_DELAY,
+    QueueConfig,
+    retry_delays,
+    retry_seconds,
+    seconds,
+)
+from ._errors import InvalidArgument
+
+if TYPE_CHECKING:
+    import asyncio
+    import threading
+
+    #: What stops a ``consume`` once set: a ``threading.Event`` (sync) or an
+    #: ``asyncio.Event`` (:mod:`vsqs.aio`).
+    Stop = threading.Event | asyncio.Event
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How long a message whose handler failed stays hidden before it is offered again.
+
+    Exponential with "equal jitter": for a message received ``n`` times,
+    ``step = min(max_retry_delay, retry_delay * 2 ** (n - 1))`` and the delay
+    is ``step / 2 + jitter() * step / 2``, so it is never shorter than half
+    the step (and never than ``retry_delay / 2``): a failing message cannot
+    spin. ``jitter`` returns a float in [0, 1) (``random.random`` unless
+    given, e.g. ``random.Random(seed).random`` for repeatable delays).
+    Bad values raise :class:`InvalidArgument`: ``retry_delay`` under 0.01 s,
+    a ``max_retry_delay`` below it, a ``jitter`` that is not callable.
+    """
+
+    retry_delay: float = DEFAULT_RETRY_DELAY
+    max_retry_delay: float = DEFAULT_MAX_RETRY_DELAY
+    jitter: Callable[[], float] = random.random
+
+    def __post_init__(self) -> None:
+        retry_delays(self.retry_delay, self.max_retry_delay)
+        if not callable(self.jitter):
+            raise InvalidArgument(
+                f"jitter must be a function returning a float in [0, 1), "
+                f"not {type(self.jitter).__name__}"
+            )
+
+    def delay(self, receive_count: int) -> float:
+        """Seconds to keep a message received ``receive_count`` times hidden after a failure."""
+        doublings = min(max(receive_count, 1) - 1, 64)  # beyond 64 the cap rules anyway
+        step = min(self.max_retry_delay, self.retry_delay * 2.0**doublings)
+        return step / 2 + self.jitter() * step / 2
+
+
+@dataclass(frozen=True)
+class ConsumePlan:
+    """What one ``consume`` runs with, every setting decided: :meth:`ConsumeOptions.resolve`."""
+
+    visibility_timeout: float
+    retry: RetryPolicy
+    max_messages: int | None
+    idle_timeout: float | None
+    stop: Stop | None
+
+
+@dataclass(frozen=True)
+class ConsumeOptions:
+    """The keyword arguments of ``consume`` as given (``None``: not given).
+
+    ``visibility_timeout``, ``retry_delay`` and ``max_retry_delay`` not given
+    are the queue's; ``jitter`` not given is ``random.random``;
+    ``max_messages``, ``idle_timeout`` and ``stop`` not given set no limit.
+    Each value given is checked here, before anything is received: a bad one
+    raises a one-line :class:`InvalidArgument` naming it.
+    """
+
+    visibility_timeout: float | None = None
+    max_messages: int | None = None
+    idle_timeout: float | None = None
+    stop: Stop | None = None
+    retry_delay: float | None = None
+    max_retry_delay: float | None = None
+    jitter: Callable[[], float] | None = None
+
+    def __post_init__(self) -> None:
+        if self.visibility_timeout is not None:
+            seconds(self.visibility_timeout, "visibility_timeout")
+        if self.idle_timeout is not None:
+            seconds(self.idle_timeout, "idle_timeout")
+        count = self.max_messages
+        if count is not None and (type(count) is not int or count < 0):  # no bool, no float
+            raise InvalidArgument(f"max_messages must be an int of at least 0, not {count!r}")
+        if self.stop is not None and not callable(getattr(self.stop, "is_set", None)):
+            raise InvalidArgument(f"stop must be an Event, not {type(self.stop).__name__}")
+        for name in ("retry_delay", "max_retry_delay"):
+            if (value := getattr(self, name)) is not None:
+                retry_seconds(value, name)
+
+    def resolve(self, config: QueueConfig) -> ConsumePlan:
+        """The plan of a ``consume`` of the queue whose config is ``config``:
+        each setting given here, else the config's. A ``max_retry_delay``
+        that ends up below the ``retry_delay`` is an :class:`InvalidArgument`."""
+        retry = RetryPolicy(
+            config.retry_delay if self.retry_delay is None else self.retry_delay,
+            config.max_retry_delay if self.max_retry_delay is None else self.max_retry_delay,
+            random.random if self.jitter is None else self.jitter,
+        )
+        return ConsumePlan(
+            visibility_timeout=config.visibility_timeout
+            if self.visibility_timeout is None
+            else float(self.visibility_timeout),
+            retry=retry,
+            max_messages=self.max_messages,
+            idle_timeout=None if self.idle_timeout is None else float(self.idle_timeout),
+            stop=self.stop,
+        )
+
+
+__all__ = ["ConsumeOptions", "ConsumePlan", "RetryPolicy"]

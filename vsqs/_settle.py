@@ -1,0 +1,176 @@
+"""Settling receipts: what :meth:`vsqs.Queue.delete`, ``delete_batch``,
+``extend`` and ``release`` do with a message this client holds.
+
+Every change is one rename or delete of the receipt's name: it proves the
+receipt current, or changes nothing and raises :class:`ReceiptExpired`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, Protocol
+
+from . import _names as names
+from ._config import seconds
+from ._dead_letter import remove_records
+from ._errors import InvalidArgument, ReceiptExpired, StorageError, storage_errors
+from ._fanout import fan_out
+from ._message import DeleteResult, Message, Owner, hold
+from .stores._base import Store
+
+
+class Tracker(Protocol):
+    """What a receiver learns of this client's settlements (its candidate cache)."""
+
+    def moved(self, old: str, new: str, expiry_ms: int) -> None: ...
+
+    def deleted(self, name: str) -> None: ...
+
+
+class Settler:
+    """Deletes, extends and releases the receipts of one queue (``owner``)."""
+
+    def __init__(self, owner: Owner, store: Store, clock: names.MsClock, tracker: Tracker) -> None:
+        self._owner = owner
+        self._store = store
+        self._clock = clock
+        self._tracker = tracker
+
+    def delete(self, msg_or_receipt: Message | str) -> None:
+        """See :meth:`vsqs.Queue.delete`."""
+        self._ack(self._ack_target(msg_or_receipt))
+
+    def delete_batch(self, msgs_or_receipts: Iterable[Message | str]) -> DeleteResult:
+        """See :meth:`vsqs.Queue.delete_batch`."""
+        targets = [self._ack_target(item) for item in msgs_or_receipts]
+        deleted: list[str] = []
+        stale: list[str] = []
+        failed: dict[str, StorageError] = {}
+        for (receipt, _), outcome in zip(
+            targets, fan_out(self._ack, targets, self._store.batch_width), strict=True
+        ):
+            error = outcome.exception()
+            if error is None:
+                deleted.append(receipt)
+            elif isinstance(error, ReceiptExpired):
+                stale.append(receipt)
+            elif isinstance(error, StorageError):
+                failed[receipt] = error
+            else:
+                raise error
+        return DeleteResult(deleted, stale, failed)
+
+    def extend(
+        self,
+        msg_or_receipt: Message | str,
+        visibility_timeout: float,
+        max_size: int,
+    ) -> Message:
+        """See :meth:`vsqs.Queue.extend`; ``max_size``: the largest body it reads."""
+        vt_ms = int(seconds(visibility_timeout, "visibility_timeout") * 1000)
+        parsed, message = self._held(msg_or_receipt)
+        if message is None:
+            # The body before the rename: the rename alone decides the
+            # outcome (a read after it could find the name already expired
+            # and taken, and call an extend that took effect stale).
+            receipt = names.receipt_name(parsed)
+            with storage_errors(f"reading from {self._owner.url}"):
+                try:
+                    body = self._store.read_limited(receipt, max_size)
+                except FileNotFoundError:
+                    raise ReceiptExpired(f"cannot extend: {receipt} is no longer current") from None
+            new = self._move_held(parsed, self._clock.expiry_ms(vt_ms), "extend", holds=True)
+            return Message(self._owner, parsed.id, body, new, parsed.receive_count)
+        with hold(message).lock:
+            parsed = names.parse_receipt(message.receipt)
+            new = self._move_held(parsed, self._clock.expiry_ms(vt_ms), "extend", holds=True)
+            message.receipt = hold(message).issued = new
+            return message
+
+    def release(self, msg_or_receipt: Message | str, *, delay: float = 0) -> None:
+        """See :meth:`vsqs.Queue.release`."""
+        delay_ms = int(seconds(delay, "delay") * 1000)
+        parsed, message = self._held(msg_or_receipt)
+        with self._locked(message):
+            if message is not None:
+                parsed = names.parse_receipt(message.receipt)
+            self._move_held(parsed, self._clock.expiry_ms(delay_ms), "release", holds=False)
+            if message is not None:
+                hold(message).done = True
+
+    def _check_own(self, message: Message) -> None:
+        owner = hold(message).queue
+        if owner is not self._owner and owner.url != self._owner.url:
+            raise InvalidArgument("that message belongs to another queue")
+        if message.receipt is None:
+            raise InvalidArgument("a peeked message has no receipt")
+
+    def _held(self, msg_or_receipt: Message | str) -> tuple[names.Name, Message | None]:
+        """The name a receipt stands for, and the message if one was given (checked to be ours)."""
+        if not isinstance(msg_or_receipt, Message):
+            return names.parse_receipt(msg_or_receipt), None
+        self._check_own(msg_or_receipt)
+        return names.parse_receipt(msg_or_receipt.receipt), msg_or_receipt
+
+    @staticmethod
+    def _locked(message: Message | None) -> AbstractContextManager[Any]:
+        return hold(message).lock if message is not None else nullcontext()
+
+    def _move_held(self, parsed: names.Name, expiry_ms: int, what: str, *, holds: bool) -> str:
+        """Rename a held message to a new expiry; return the new name.
+
+        The new name has the next version, so it differs from the receipt (and
+        from every earlier name of the message): the atomic rename itself
+        proves the receipt is still current. A move that ``holds`` on to the
+        message (an extend) never takes the last version: it is kept for the
+        release (:func:`~vsqs._names.can_hold`).
+        """
+        receipt = names.receipt_name(parsed)
+        if holds and not names.can_hold(parsed):
+            raise InvalidArgument(
+                f"cannot {what}: {receipt} has no name left but the one to release it to "
+                "(docs/format.md, names): release or delete it"
+            )
+        new = names.next_name(parsed, expiry_ms, parsed.receive_count)
+        with storage_errors(f"{what} in {self._owner.url}"):
+            try:
+                self._store.rename(receipt, new)
+            except (FileNotFoundError, FileExistsError):
+                raise ReceiptExpired(f"cannot {what}: {receipt} is no longer current") from None
+        self._tracker.moved(receipt, new, expiry_ms)
+        return new
+
+    def _ack_target(self, msg_or_receipt: Message | str) -> tuple[str, Message | None]:
+        """The receipt to acknowledge (checked: InvalidReceipt, InvalidArgument) and its message."""
+        if not isinstance(msg_or_receipt, Message):
+            if not names.is_receipt(msg_or_receipt):
+                names.parse_receipt(msg_or_receipt)  # raises InvalidReceipt with the reason
+            return msg_or_receipt, None
+        self._check_own(msg_or_receipt)
+        return msg_or_receipt.receipt or "", msg_or_receipt
+
+    def _ack(self, target: tuple[str, Message | None]) -> None:
+        receipt, message = target
+        if message is None:
+            self._delete(receipt, known=False)
+            return
+        held = hold(message)
+        with held.lock:
+            current = message.receipt
+            issued = current is held.issued
+            if not issued:
+                names.parse_receipt(current)  # changed by the caller: untrusted again
+            assert current is not None
+            self._delete(current, known=issued)
+            held.done = True
+            if held.origin:  # a dead letter with its origin records: they go with it
+                remove_records(self._store, held.origin)
+
+    def _delete(self, receipt: str, *, known: bool) -> None:
+        with storage_errors(lambda: f"deleting from {self._owner.url}"):
+            try:
+                self._store.delete(receipt, known=known)
+            except FileNotFoundError:
+                raise ReceiptExpired(f"cannot delete: {receipt} is no longer current") from None
+        self._tracker.deleted(receipt)
