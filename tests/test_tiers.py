@@ -55,6 +55,7 @@ def pytest_in(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "tiers_probe.py").write_text(PROBE)
     command = [sys.executable, "-m", "pytest", "-c", str(CHECKOUT / "pyproject.toml")]
     command += ["--rootdir", str(CHECKOUT), "-p", "tests.conftest", "-n", "0", "-q", *args]
+    command += ["-W", "error::pytest.PytestUnknownMarkWarning"]  # every marker is declared
     return subprocess.run(
         [*command, str(module)],
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(CHECKOUT), str(tmp_path)])},
