@@ -51,10 +51,10 @@ from vsqs._fanout import IN_FLIGHT, POOL_THREADS
 from vsqs.stores._object import ObjectStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests._ceph_rgw import ceph_available, ceph_rgw
-from tests._fault_proxy import FaultProxy
-from tests._moto_server import moto_s3
-from tests.servers import fake_gcs
+from tests.support.ceph_rgw import ceph_available, ceph_rgw
+from tests.support.fault_proxy import FaultProxy
+from tests.support.moto_server import moto_s3
+from tests.support.servers import fake_gcs
 
 BODY = b"x" * 100
 ctx = multiprocessing.get_context("spawn")

@@ -24,7 +24,7 @@ share this machine's disk (the backlog is a local directory; with ``--s3``
 they reach the proxy on 127.0.0.1): executors run this interpreter with
 this checkout on ``PYTHONPATH``. ``--cluster`` starts one for the run (a
 master and two workers of 1 core on 127.0.0.1, the test suite's
-``tests/_spark_cluster.py``) and stops it after.
+``tests/support/spark_cluster.py``) and stops it after.
 
     python benchmarks/bench_spark.py                  # 100 000 messages, a few minutes
     python benchmarks/bench_spark.py --quick          # 10 000 messages (S3: 1 000)
@@ -56,9 +56,9 @@ from vsqs import _names as names
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from benchmarks.bench_s3 import Floor, fresh_url  # noqa: E402
-from tests._fault_proxy import FaultProxy  # noqa: E402
-from tests._moto_server import moto_s3  # noqa: E402
-from tests._spark_cluster import spark_cluster_at  # noqa: E402
+from tests.support.fault_proxy import FaultProxy  # noqa: E402
+from tests.support.moto_server import moto_s3  # noqa: E402
+from tests.support.spark_cluster import spark_cluster_at  # noqa: E402
 
 BATCH = 10_000
 

@@ -27,8 +27,8 @@ from contextlib import ExitStack
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests._moto_server import moto_s3
 from tests.chaos.harness import ChaosConfig, run_chaos
+from tests.support.moto_server import moto_s3
 
 
 def main() -> int:

@@ -7,7 +7,6 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Hashable
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,8 @@ from vsqs import _candidates as candidates
 from vsqs import _receiver as receiver
 from vsqs.stores._registry import open_store
 from vsqs.testing import FakeClock
+
+from .support.waiting import WaitingStore
 
 
 def test_concurrent_producers_and_consumers_deliver_each_message_once(tmp_path: Path) -> None:
@@ -325,13 +326,7 @@ def test_a_closed_queue_raises_queue_closed_and_ends_its_long_polls_at_once(
     # Without a wake, the poll below would look again only after an hour.
     monkeypatch.setattr(candidates, "STALE_AFTER", 3600.0)
 
-    store = vsqs.LocalStore(str(tmp_path / "q"))
-    waiting = threading.Event()
-    real_wait = store.wait_for_change
-
-    def wait_for_change(token: Hashable, timeout: float) -> bool:
-        waiting.set()
-        return real_wait(token, timeout)
+    store = WaitingStore(str(tmp_path / "q"))
 
     async def main() -> None:
         q = vsqs.aio.Queue(store)
@@ -340,8 +335,8 @@ def test_a_closed_queue_raises_queue_closed_and_ends_its_long_polls_at_once(
         first = await q.receive(visibility_timeout=3600)  # the next look starts a feed
         assert first is not None
         await first.delete()
-        store.wait_for_change = wait_for_change  # type: ignore[method-assign]
-        await close_under_a_long_poll(q, waiting)
+        store.waiting.clear()
+        await close_under_a_long_poll(q, store.waiting)
         calls = {  # coroutines: each raises when awaited
             "send": q.send(b"x"),
             "send_batch": q.send_batch([b"x"]),

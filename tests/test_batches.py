@@ -18,9 +18,9 @@ from vsqs import _names as names
 from vsqs.stores import FsspecObjects, ObjectIO, ObjectStore
 from vsqs.testing import FakeClock
 
-from ._fault_proxy import FaultProxy, Gate
-from .servers import Server, proxied
-from .test_object_faults import FaultyIO
+from .support.fault_proxy import FaultProxy, Gate
+from .support.faulty_io import FaultyIO
+from .support.servers import Server, proxied
 
 Match = Callable[[str, str, dict[str, str]], bool]
 

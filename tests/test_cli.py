@@ -16,8 +16,8 @@ import vsqs
 from vsqs import _names as names
 from vsqs.cli._load import pump_body
 
-from ._cli import VSQS, json_lines, ok, run, said
-from .servers import Server
+from .support.cli import VSQS, json_lines, ok, run, said
+from .support.servers import Server
 
 
 # ----------------------------------------------------------------- messages
@@ -224,7 +224,7 @@ def test_sink_fails_on_messages_out_of_order(tmp_path: Path) -> None:
     assert error == "vsqs: error: sink found duplicates or messages out of order"
 
 
-@pytest.mark.slow
+@pytest.mark.processes  # a producer and two consumer processes
 def test_demo_runs_and_checks_itself(tmp_path: Path) -> None:
     report = said("demo", "-n", "400", "-c", "2", "--dir", str(tmp_path))
     assert "400 sent, 400 acked by 2 consumers" in report
@@ -341,6 +341,7 @@ def test_errors_exit_1_with_one_line_and_a_traceback_only_with_v(
     assert not (tmp_path / "q" / "missing").exists()
 
 
+@pytest.mark.slow  # 3000 sends drawn on a terminal
 def test_a_progress_bar_is_drawn_when_only_stderr_is_a_terminal(tmp_path: Path) -> None:
     """``vsqs send q --file x > ids.txt`` showed no bar: stdout was not a terminal."""
     import fcntl

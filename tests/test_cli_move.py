@@ -13,9 +13,9 @@ import pytest
 
 import vsqs
 
-from ._cli import exit_status, interrupted_midway, ok, run, said
-from ._fault_proxy import FaultProxy
-from .servers import Server, proxied
+from .support.cli import exit_status, interrupted_midway, ok, run, said
+from .support.fault_proxy import FaultProxy
+from .support.servers import Server, proxied
 
 
 def bodies_of(url: str, storage_options: dict[str, Any] | None = None) -> list[str]:

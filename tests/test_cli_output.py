@@ -18,7 +18,7 @@ import pytest
 
 import vsqs
 
-from ._cli import finish, json_lines, ok, run, said, start
+from .support.cli import finish, json_lines, ok, run, said, start
 
 
 def visible(url: str) -> list[vsqs.Message]:
@@ -140,7 +140,7 @@ def test_stats_watch_as_a_table_shows_the_time_and_the_change(tmp_path: Path) ->
 
 
 # -------------------------------------------------------------------- demo
-@pytest.mark.slow
+@pytest.mark.processes  # a producer and consumer processes
 def test_demo_uses_a_queue_of_its_own_and_leaves_others_alone(tmp_path: Path) -> None:
     """With two foreign messages in DIR/jobs, the demo reported '202 acked ...
     lost -2', failed, and left the queue empty."""

@@ -21,7 +21,7 @@ import pytest
 
 import vsqs
 
-from ._cli import (
+from .support.cli import (
     DEADLINE,
     backlog,
     exit_status,

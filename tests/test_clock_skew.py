@@ -47,43 +47,14 @@ from vsqs.stores import _object, _object_io, _probe
 from vsqs.stores._object import ObjectStore
 from vsqs.stores._registry import open_store
 
-from .backends import Place, params, select
-from .servers import Server
-from .test_object_faults import Interleave
+from .support.backends import Place, params, select
+from .support.clocks import START_MS, VT_MS, HostClock, TrueTime
+from .support.faulty_io import Interleave
+from .support.servers import Server
 
-VT_MS = 10_000  # the queue's visibility timeout
 # The documented constant (format.md), pinned here so that a change of it
 # fails the tests that state the bounds built on it.
 YOUNG_MS = 50
-START_MS = 1_750_000_000_000  # ms / 1000 * 1000 round-trips exactly near here (checked below)
-
-
-class TrueTime:
-    """The true time of a test in whole ms; it moves only when told to."""
-
-    def __init__(self, start_ms: int = START_MS) -> None:
-        self.ms = start_ms
-
-    def advance(self, ms: int) -> None:
-        self.ms += ms
-
-    def host(self, skew_ms: int) -> HostClock:
-        """The clock of a host that runs ``skew_ms`` ahead of the true time (behind if < 0)."""
-        return HostClock(self, skew_ms)
-
-
-class HostClock:
-    """An injectable ``clock=``: the true time plus this host's fixed skew."""
-
-    def __init__(self, true: TrueTime, skew_ms: int) -> None:
-        self.true, self.skew_ms = true, skew_ms
-
-    @property
-    def ms(self) -> int:
-        return self.true.ms + self.skew_ms
-
-    def __call__(self) -> float:
-        return self.ms / 1000
 
 
 class Shared:

@@ -32,12 +32,11 @@ from vsqs._redrive import MOVE_HOLD
 from vsqs.stores import _moves
 from vsqs.stores._object import ObjectStore
 from vsqs.stores._registry import open_store
+from vsqs.testing import FakeClock
 
-from .conftest import FakeClock
-from .servers import Server
-from .test_crashes import Crash
-from .test_object_faults import Interleave
-from .test_object_protocol import die, on
+from .support.crashes import Crash
+from .support.faulty_io import Interleave, die, on
+from .support.servers import Server
 
 
 def dead_letter_one(source: vsqs.Queue, clock: FakeClock) -> str:

@@ -1,5 +1,5 @@
 """The manual stays true: the sessions of docs/cli.md print what the document
-shows (tests/_doc_sessions.py: a document that says "every session below was
+shows (tests/support/doc_sessions.py: a document that says "every session below was
 run as shown" showed three-part receipts and a dead letter's receive count
 of 1 long after the code made four-part receipts and counted 2); the docs
 build with warnings as errors; every test they cite exists."""
@@ -18,29 +18,15 @@ from pathlib import Path
 import vsqs
 import vsqs.testing
 
-from ._doc_sessions import Normaliser, Step, environment, replay
-from .servers import Server
+from .support.doc_sessions import AWS_ENV, Normaliser, environment, not_replayed, replay
+from .support.servers import Server
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-#: The credentials of the document's S3 session (its endpoint is the test's moto server).
-AWS_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
-#: Steps not run, by the start of their command, and why.
-NOT_REPLAYED = {
-    "vsqs pump load -n 0": "stopped by Ctrl-C at a moment of its own (tests/test_cli_signals.py)",
-}
 #: Steps run whose output is not compared, and why.
 UNCOMPARED = {
     "vsqs stats big --json": "what head left behind depends on the pipe, as the document says",
 }
-
-
-def not_replayed(step: Step) -> bool:
-    return step.command.startswith(tuple(NOT_REPLAYED))
 
 
 def test_the_sessions_of_the_cli_guide_print_what_it_shows(

@@ -61,8 +61,7 @@ from hypothesis import strategies as st
 
 import vsqs
 from vsqs import _names as names
-
-from .conftest import FakeClock
+from vsqs.testing import FakeClock
 
 SECRET = b"SECRET: never in a message body"
 TIB = 1 << 40
@@ -593,6 +592,7 @@ def test_a_forged_receipt_never_renames_or_deletes_an_entry_that_is_no_file(
         assert fingerprint(tmp_path) == before, "a forged receipt changed something"
 
 
+@pytest.mark.slow  # 300 examples, each on a real directory
 @settings(
     max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

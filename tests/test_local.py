@@ -16,7 +16,9 @@ from vsqs._candidates import STALE_AFTER
 from vsqs._view import YOUNG_MS
 from vsqs.testing import FakeClock, QueueTests, StoreTests
 
-from .backends import BY_ID, OnBackend
+from .support.backends import BY_ID, OnBackend
+
+CHECKOUT = str(Path(__file__).resolve().parents[1])
 
 
 class TestLocalStore(OnBackend, QueueTests, StoreTests):
@@ -331,8 +333,9 @@ def test_a_send_batch_that_fails_on_a_full_file_says_which_it_sent(
 _NO_INOTIFY_LEFT = """
 import os, resource, sys, threading
 import vsqs
+from tests.support.waiting import WaitingStore
 
-class Crowded(vsqs.LocalStore):
+class Crowded(WaitingStore):
     \"\"\"Every change feed it starts finds the process out of descriptors.\"\"\"
 
     tries = 0
@@ -348,9 +351,6 @@ class Crowded(vsqs.LocalStore):
         finally:
             resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
-    def wait_for_change(self, token, timeout):
-        waiting.set()
-        return super().wait_for_change(token, timeout)
 
 def inotify_instances():
     return sum(
@@ -359,11 +359,11 @@ def inotify_instances():
         if os.path.exists(f"/proc/self/fd/{fd}")
     )
 
-waiting = threading.Event()
-with vsqs.Queue(Crowded(sys.argv[1])) as q:
+store = Crowded(sys.argv[1])
+with vsqs.Queue(store) as q:
     q.send(b"first")
     q.receive().delete()  # the next look starts a feed, or tries to
-    sender = threading.Thread(target=lambda: waiting.wait(60) and q.send(b"late"))
+    sender = threading.Thread(target=lambda: store.waiting.wait(60) and q.send(b"late"))
     sender.start()
     got = q.receive(wait=60)
     sender.join()
@@ -381,6 +381,7 @@ def test_a_receiver_out_of_descriptors_for_inotify_polls_and_still_wakes(tmp_pat
     arrives."""
     done = subprocess.run(
         [sys.executable, "-c", _NO_INOTIFY_LEFT, str(tmp_path / "q")],
+        env={**os.environ, "PYTHONPATH": CHECKOUT},  # vsqs and tests.support
         capture_output=True,
         text=True,
         timeout=120,

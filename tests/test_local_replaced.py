@@ -16,7 +16,6 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Hashable
 from pathlib import Path
 
 import pytest
@@ -24,21 +23,10 @@ import pytest
 import vsqs
 from vsqs import _names as names
 
-from ._cli import DEADLINE, finish, ok, start, until
+from .support.cli import DEADLINE, finish, ok, start, until
+from .support.waiting import WaitingStore
 
 HOWS = ["removed", "moved away"]
-
-
-class WaitingStore(vsqs.LocalStore):
-    """A real local store that says when a receiver waits on it."""
-
-    def __init__(self, path: str, *, notifications: bool) -> None:
-        super().__init__(path, notifications=notifications)
-        self.waiting = threading.Event()
-
-    def wait_for_change(self, token: Hashable, timeout: float) -> bool:
-        self.waiting.set()
-        return super().wait_for_change(token, timeout)
 
 
 def replace(path: Path, how: str, *, recreate: bool = True) -> None:

@@ -13,7 +13,7 @@ from vsqs.stores import MemoryStore, register_scheme, unregister_scheme
 from vsqs.stores._location import Location, is_sibling_name, without_credentials
 from vsqs.stores._registry import parse_location
 
-from ._cli import said
+from .support.cli import said
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import pytest
 import vsqs
 from vsqs.testing import QueueTests, StoreTests
 
-from .backends import BY_ID, OnBackend
+from .support.backends import BY_ID, OnBackend
 
 
 class TestMemoryStore(OnBackend, QueueTests, StoreTests):

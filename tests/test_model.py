@@ -33,9 +33,9 @@ from hypothesis.stateful import (
 import vsqs
 from vsqs import _names as names
 from vsqs.stores._registry import open_store
+from vsqs.testing import FakeClock
 
-from .conftest import FakeClock
-from .servers import Server
+from .support.servers import Server
 
 DURATIONS = st.sampled_from([0, 0.001, 0.25, 1, 2.5, 30])
 JUMPS = st.sampled_from([0.0005, 0.001, 0.2, 1, 2.5, 31])
@@ -234,13 +234,18 @@ class LocalQueueMachine(QueueMachine):
 SETTINGS = settings(max_examples=150, stateful_step_count=40, deadline=None)
 TestMemoryQueue = MemoryQueueMachine.TestCase
 TestMemoryQueue.settings = SETTINGS
-TestLocalQueue = LocalQueueMachine.TestCase
+TestLocalQueue = pytest.mark.slow(LocalQueueMachine.TestCase)  # 150 runs on real directories
 TestLocalQueue.settings = SETTINGS
 
 
 @pytest.mark.parametrize(
     ("server_fixture", "examples"),
-    [("memory_server", 150), ("s3_server", 25), ("ceph_server", 10), ("gcs_server", 60)],
+    [
+        pytest.param("memory_server", 150, marks=pytest.mark.slow),  # in process, 150 runs
+        ("s3_server", 10),
+        ("ceph_server", 10),
+        ("gcs_server", 60),
+    ],
 )
 def test_object_store_queue_matches_the_model(
     request: pytest.FixtureRequest, server_fixture: str, examples: int

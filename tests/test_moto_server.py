@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ._moto_server import serve
+from .support.moto_server import serve
 
 
 class _Contended:

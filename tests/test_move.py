@@ -13,7 +13,7 @@ import vsqs
 import vsqs.aio
 from vsqs._move import move_between
 
-from .servers import Server
+from .support.servers import Server
 
 
 def bodies(queue: vsqs.Queue) -> list[str]:

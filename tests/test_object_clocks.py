@@ -29,14 +29,14 @@ from vsqs.stores._moves import FINISH_AFTER
 from vsqs.stores._object import ObjectStore
 from vsqs.stores._object_io import ObjectIO
 from vsqs.stores._probe import probe
+from vsqs.testing import FakeClock
 
-from .backends import params, select
-from .conftest import FakeClock
-from .servers import Server
-from .test_clock_skew import VT_MS, TrueTime
-from .test_crashes import Crash
-from .test_object_faults import FaultyIO, Interleave
-from .test_object_protocol import die, object_store, on, raw_names
+from .support.backends import params, select
+from .support.clocks import VT_MS, TrueTime
+from .support.crashes import Crash
+from .support.faulty_io import FaultyIO, Interleave, die, on
+from .support.object_stores import object_store, raw_names
+from .support.servers import Server
 
 AHEAD = FINISH_AFTER + 2  # a lister this far ahead took every young marker for an old one
 

@@ -20,9 +20,8 @@ the protocol allows at any time: a harsher test than the default delay.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import suppress
-from typing import Any
 
 import pytest
 
@@ -32,106 +31,13 @@ from vsqs.stores import _moves
 from vsqs.stores._object import ObjectStore
 from vsqs.stores._object_io import ObjectIO
 from vsqs.stores._registry import open_store
+from vsqs.testing import FakeClock
 
-from ._fault_proxy import FaultProxy, Quirk
-from .backends import params, select
-from .conftest import FakeClock
-from .servers import Server, proxied
-from .test_crashes import SCENARIOS, Crash, Expect, open_pair, recover_and_check
-
-
-class FaultyIO(ObjectIO):
-    """Delegates every request to ``inner``; the ``fault_at``-th one fails as ``mode`` says.
-
-    A create is never sent twice by vsqs's adapters (``docs/protocol.md``), so
-    in mode ``retried`` a create's lost response is reported as in ``lost``.
-    """
-
-    def __init__(self, inner: ObjectIO, mode: str, fault_at: int | None) -> None:
-        super().__init__()
-        self.inner, self.mode, self.fault_at = inner, mode, fault_at
-        self.url = inner.url
-        self.exclusive_create_via = inner.exclusive_create_via  # type: ignore[misc]
-        self.names_per_remove = inner.names_per_remove  # type: ignore[misc]
-        self.calls = [0]  # shared with siblings: one process
-
-    def _request(self, what: str, call: Callable[[], Any], *, resend: bool = True) -> Any:
-        self.calls[0] += 1
-        if self.fault_at is None or self.calls[0] < self.fault_at:
-            return call()
-        if self.mode == "crash":
-            raise Crash(f"dead since request {self.fault_at} ({what})")
-        if self.calls[0] > self.fault_at:
-            return call()
-        with suppress(OSError):  # its outcome is lost with the response
-            call()
-        if self.mode == "lost" or not resend:
-            raise ConnectionResetError(f"response to {what} lost")
-        return call()  # "retried": the client library sends it again
-
-    @property
-    def probe_scope(self) -> Any:
-        return self.inner.probe_scope
-
-    def container_exists(self) -> bool:
-        return self.inner.container_exists()
-
-    def listing(self, prefix: str = "") -> Iterator[tuple[str, float | None]]:
-        return iter(self._request("list", lambda: list(self.inner.listing(prefix))))
-
-    def get(self, name: str) -> bytes:
-        return self._request(f"get {name}", lambda: self.inner.get(name))  # type: ignore[no-any-return]
-
-    def exists(self, name: str) -> bool:
-        return self._request(f"head {name}", lambda: self.inner.exists(name))  # type: ignore[no-any-return]
-
-    def create(self, name: str, data: bytes) -> None:
-        self._request(f"create {name}", lambda: self.inner.create(name, data), resend=False)
-
-    def copy(self, src: str, dst: str) -> None:
-        self._request(f"copy {src}", lambda: self.inner.copy(src, dst))
-
-    def remove(self, names: list[str]) -> list[str]:
-        return self._request(f"remove {names}", lambda: self.inner.remove(names))  # type: ignore[no-any-return]
-
-    def sibling(self, name: str) -> FaultyIO:
-        twin = FaultyIO(self.inner.sibling(name), self.mode, self.fault_at)
-        twin.calls = self.calls
-        return twin
-
-
-class Interleave(FaultyIO):
-    """Delegates every request; once, right before (or after) the first request
-    ``when(what)`` matches (``what``: ``"create <name>"``, ``"copy <src>"``,
-    ``"head <name>"``, ``"get <name>"``, ``"remove [...]"``, ``"list"``),
-    runs ``meanwhile``: another client acting between two requests of this one,
-    as a slow, throttled or retried request lets it."""
-
-    def __init__(
-        self,
-        inner: ObjectIO,
-        when: Callable[[str], bool],
-        meanwhile: Callable[[], object],
-        *,
-        after: bool = False,
-    ) -> None:
-        super().__init__(inner, "crash", None)
-        self.when, self.after = when, after
-        self.meanwhile: Callable[[], object] | None = meanwhile
-
-    def _request(self, what: str, call: Callable[[], Any], *, resend: bool = True) -> Any:
-        due = self.meanwhile is not None and self.when(what)
-        if due and not self.after:
-            self._interleave()
-        result = super()._request(what, call, resend=resend)
-        if due and self.after:
-            self._interleave()
-        return result
-
-    def _interleave(self) -> None:
-        meanwhile, self.meanwhile = self.meanwhile, None
-        if meanwhile is not None:
-            meanwhile()
+from .support.backends import Backend, params, select, sweep_cases
+from .support.crashes import SCENARIOS, Crash, Expect, open_pair, recover_and_check
+from .support.fault_proxy import FaultProxy, Quirk
+from .support.faulty_io import FaultyIO
+from .support.servers import Server, proxied
 
 
 class FailingGets(FaultyIO):
@@ -176,9 +82,15 @@ def run_with_fault(
     return store, faulty, clock, expect, error
 
 
-@pytest.mark.parametrize("mode", ["crash", "retried", "lost"])
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=str)
-def test_a_fault_at_any_request_loses_nothing(server: Server, scenario: str, mode: str) -> None:
+@pytest.mark.sweep  # a run per request
+@pytest.mark.parametrize(
+    ("backend", "scenario", "mode"),
+    sweep_cases(select(object_store=True, sweeps=True), SCENARIOS, ["crash", "retried", "lost"]),
+)
+def test_a_fault_at_any_request_loses_nothing(
+    request: pytest.FixtureRequest, backend: Backend, scenario: str, mode: str
+) -> None:
+    server: Server = request.getfixturevalue(backend.server or "")
     run = SCENARIOS[scenario]
     store, faulty, clock, expect, error = run_with_fault(server, run, mode, None)
     assert error is None

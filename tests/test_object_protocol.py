@@ -20,7 +20,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import pytest
 
@@ -33,36 +32,18 @@ from vsqs.stores._moves import BATCH, MOVED_SUFFIX
 from vsqs.stores._object import ObjectStore
 from vsqs.stores._object_io import ObjectIO
 from vsqs.stores._registry import open_store
+from vsqs.testing import FakeClock
 
-from ._fault_proxy import FaultProxy, Quirk
-from .conftest import FakeClock
-from .servers import Server, proxied
-from .test_crashes import Crash
-from .test_object_faults import FaultyIO, Interleave
-
-
-def object_store(server: Server, name: str = "q", **kwargs: Any) -> ObjectStore:
-    store = open_store(server.url(name), server.storage_options)
-    assert isinstance(store, ObjectStore)
-    return ObjectStore(store.io, **kwargs) if kwargs else store
-
-
-def raw_names(store: ObjectStore) -> list[str]:
-    return [name for name, _ in store.io.listing()]
+from .support.crashes import Crash
+from .support.fault_proxy import FaultProxy, Quirk
+from .support.faulty_io import FaultyIO, Interleave, die, on
+from .support.object_stores import object_store, raw_names
+from .support.servers import Server, proxied
 
 
 def live_names(store: ObjectStore, message_id: str) -> list[str]:
     """The names of a message, as any client's listing shows them (markers and hidden names out)."""
     return [n for n in store.list() if n.startswith(message_id)]
-
-
-def die() -> None:
-    raise Crash("the client process died here")
-
-
-def on(kind: str, name: str = "") -> Callable[[str], bool]:
-    """Match requests of one kind (``create``, ``copy``, ``head``...) naming ``name``."""
-    return lambda what: what.startswith(kind + " ") and name in what
 
 
 # ------------------------------------------------------------------ probe

@@ -12,10 +12,10 @@ from vsqs.stores._object import ObjectStore
 from vsqs.stores._registry import open_store
 from vsqs.testing import QueueTests, StoreTests
 
-from . import _workers
-from .backends import BY_ID, OnBackend, Place
-from .servers import Server
-from .test_processes import check_race, run_race
+from .support import workers
+from .support.backends import BY_ID, OnBackend, Place
+from .support.races import check_race, run_race
+from .support.servers import Server
 
 
 class ObjectStoreTests(OnBackend, QueueTests, StoreTests):
@@ -59,7 +59,7 @@ class TestMemoryURL(ObjectStoreTests):
 
 
 # ------------------------------------------------------------------ races
-@pytest.mark.slow
+@pytest.mark.processes
 @pytest.mark.timeout(900)  # a safety net: run_race fails a stall itself
 def test_eight_racing_consumer_processes_on_s3(tmp_path: Path, s3_server: Server) -> None:
     """Each message claimed by one consumer at a time, acked exactly once, none lost."""
@@ -78,7 +78,7 @@ def test_eight_racing_consumer_processes_on_s3(tmp_path: Path, s3_server: Server
     assert len({c["pid"] for c in claims}) == 8, "not every consumer got work"
     released = sum(c["action"] == "release" and c["ok"] for c in claims)
     assert released > 0 and len(claims) == len(sent) + released
-    with _workers.open_queue(target) as q:
+    with workers.open_queue(target) as q:
         assert isinstance(q.store, ObjectStore)
         raw = [name for name, _ in q.store.io.listing()]
     assert raw == [names.CONFIG_NAME], f"markers or sources left behind: {raw[:5]}"

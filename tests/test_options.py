@@ -98,7 +98,7 @@ def hidden_until(path: Path) -> dict[str, names.Name]:
         consume_asyncio,
         # Its SparkSession is taken in the test (the other faces need none):
         # marked here as conftest marks the tests that take it as an argument.
-        pytest.param(consume_spark, marks=[pytest.mark.slow, pytest.mark.xdist_group("spark")]),
+        pytest.param(consume_spark, marks=pytest.mark.spark),  # conftest: slow, the Spark worker
     ],
 )
 def test_each_setting_comes_from_the_argument_then_the_config_then_the_environment(

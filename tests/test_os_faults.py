@@ -30,9 +30,9 @@ import pytest
 
 import vsqs
 from vsqs.stores import _local as _store_local
+from vsqs.testing import FakeClock
 
-from .conftest import FakeClock
-from .test_crashes import BODY, SCENARIOS, Expect, open_pair, recover_and_check
+from .support.crashes import BODY, SCENARIOS, Expect, open_pair, recover_and_check
 
 #: The ``os`` functions ``LocalStore`` may call on storage.
 SYSCALLS = {
@@ -185,7 +185,7 @@ def run_faulted(
     return store, clock, expect
 
 
-@pytest.mark.slow  # a run per system call: minutes in all
+@pytest.mark.sweep  # a run per system call: minutes in all
 @pytest.mark.parametrize("err", ["ENOSPC", "EACCES", "ENOENT"])  # EIO: as ENOSPC, no short write
 @pytest.mark.parametrize("durable", [True, False], ids=["durable", "not-durable"])
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=str)

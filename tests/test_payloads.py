@@ -50,10 +50,10 @@ import vsqs
 from vsqs import _names as names
 from vsqs._message import Body
 from vsqs.stores._local import _READ_CHUNK, _read_whole
+from vsqs.testing import FakeClock
 
-from .backends import select, send_modes
-from .conftest import FakeClock
-from .servers import Server
+from .support.backends import select, send_modes
+from .support.servers import Server
 
 MB = 1 << 20
 BIG = 100 * MB

@@ -2,7 +2,7 @@
 
 No mocks: every queue is a directory under pytest's ``tmp_path`` and every
 producer and consumer is a separate interpreter ("spawn"). Workers live in
-``tests/_workers.py`` and log what they did, line by line, so the checks
+``tests/workers.py`` and log what they did, line by line, so the checks
 below run on the logs after the fact (even after a ``kill -9``).
 
 How a double hold is detected. A consumer logs, per claim, ``asked`` (before
@@ -21,16 +21,12 @@ past the expiry written in the previous receipt.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import os
 import random
 import signal
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -40,52 +36,11 @@ import vsqs
 from vsqs import _names as names
 from vsqs._view import YOUNG_MS
 
-from . import _workers
+from .support import workers
+from .support.races import check_race, ctx, queue_files, read_sent, run_race, running
+from .support.waiting import wait_until
 
-pytestmark = pytest.mark.slow
-
-ctx = get_context("spawn")
-
-
-# ---------------------------------------------------------------- helpers
-@contextmanager
-def running(*procs: Any) -> Iterator[list[Any]]:
-    """Start processes; whatever happens, none outlives the block."""
-    started: list[Any] = []
-    try:
-        for proc in procs:
-            proc.start()
-            started.append(proc)
-        yield started
-    finally:
-        for proc in started:
-            if proc.is_alive():
-                proc.kill()
-        for proc in started:
-            proc.join(10)
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.002)
-
-
-def join_while_logging(proc: Any, log: Path, what: str) -> None:
-    """Wait for ``proc`` for as long as its ``log`` grows: a slow machine is
-    waited for, a process whose log stands still for longer than a worker's
-    own stall bound fails the test."""
-    size, still_since = -1, time.monotonic()
-    while proc.is_alive():
-        proc.join(1)
-        now_size = log.stat().st_size if log.exists() else 0
-        if now_size != size:
-            size, still_since = now_size, time.monotonic()
-        assert time.monotonic() - still_since < _workers.STALL_DEADLINE + 10, (
-            f"{what} logged nothing for {_workers.STALL_DEADLINE + 10:.0f} s"
-        )
+pytestmark = pytest.mark.processes
 
 
 def kill9(proc: Any) -> None:
@@ -95,146 +50,9 @@ def kill9(proc: Any) -> None:
     assert proc.exitcode == -signal.SIGKILL
 
 
-def read_sent(paths: list[Path]) -> dict[str, str]:
-    """Producer logs: message id -> body."""
-    sent: dict[str, str] = {}
-    for path in paths:
-        for line in path.read_text().splitlines():
-            message_id, body = line.split(" ")
-            assert message_id not in sent, f"id {message_id} issued twice"
-            sent[message_id] = body
-    return sent
-
-
-def queue_files(path: Path) -> set[str]:
-    return {p.name for p in path.iterdir()}
-
-
 def names_young_s() -> float:
     """Long enough for freshly sent messages to be claimable on a first listing."""
     return YOUNG_MS / 1000 * 2 + 0.05
-
-
-# ------------------------------------------------- 1. racing consumers
-def run_race(
-    tmp_path: Path,
-    *,
-    producers: list[tuple[int, str, bool]],
-    consumers: int,
-    vt: float,
-    max_batch: int,
-    p_release: float,
-    p_slow: float = 0.0,
-    slow: tuple[float, float] = (0.0, 0.0),
-    target: list[Any] | None = None,
-) -> tuple[dict[str, str], list[dict[str, Any]]]:
-    """Run producers ``(count, mode, durable)`` and consumers on one queue until it drains.
-
-    The queue is a directory under ``tmp_path``, or ``target`` (``[url,
-    storage_options]``). Returns what was sent (id -> body) and every
-    consumer's claims.
-    """
-    qdir = tmp_path / "jobs"
-    url: str | list[Any] = str(qdir) if target is None else target
-    _workers.open_queue(url).close()
-    done = ctx.Event()
-    sent_logs = [tmp_path / f"producer-{i}.log" for i in range(len(producers))]
-    claim_logs = [tmp_path / f"consumer-{i}.jsonl" for i in range(consumers)]
-    producer_procs = [
-        ctx.Process(
-            target=_workers.produce, args=(url, str(log), i, count, mode, durable, 1000 + i)
-        )
-        for i, ((count, mode, durable), log) in enumerate(zip(producers, sent_logs, strict=True))
-    ]
-    consumer_procs = [
-        ctx.Process(
-            target=_workers.race_consume,
-            args=(url, str(log), done, vt, i, max_batch, p_release, p_slow, *slow),
-        )
-        for i, log in enumerate(claim_logs)
-    ]
-    with running(*consumer_procs, *producer_procs):
-        for proc, log in zip(producer_procs, sent_logs, strict=True):
-            join_while_logging(proc, log, "a producer")
-            assert proc.exitcode == 0, "a producer failed"
-        done.set()
-        for proc, log in zip(consumer_procs, claim_logs, strict=True):
-            join_while_logging(proc, log, "a consumer")
-            assert proc.exitcode == 0, f"a consumer failed (exit code {proc.exitcode})"
-    sent = read_sent(sent_logs)
-    assert len(sent) == sum(count for count, _, _ in producers)
-    claims = [json.loads(line) for log in claim_logs for line in log.read_text().splitlines()]
-    with _workers.open_queue(url) as q:
-        left = set(q.store.list())
-    assert left == {names.CONFIG_NAME}, "the drained queue left messages behind"
-    if target is None:
-        assert queue_files(qdir) == {names.CONFIG_NAME}
-    return sent, claims
-
-
-def check_race(sent: dict[str, str], claims: list[dict[str, Any]], vt: float) -> None:
-    """Every message acked exactly once, none lost, none held by two consumers at once."""
-    vt_ns = int(vt * 1e9)
-    by_id: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for c in claims:
-        assert c["id"] in sent, f"received {c['id']}, which nobody sent"
-        assert c["body"] == sent[c["id"]], f"{c['id']} arrived with another body"
-        parsed = names.parse_receipt(c["receipt"])
-        assert (parsed.id, parsed.receive_count) == (c["id"], c["count"])
-        by_id[c["id"]].append(c)
-
-    acks = Counter(c["id"] for c in claims if c["action"] == "delete" and c["ok"])
-    lost = set(sent) - set(acks)
-    assert not lost, f"{len(lost)} messages never acked, e.g. {sorted(lost)[:3]}"
-    twice = sorted(i for i, n in acks.items() if n != 1)
-    assert not twice, f"{len(twice)} messages acked more than once, e.g. {twice[:3]}"
-
-    for message_id, holds in by_id.items():
-        counts = [h["count"] for h in holds]
-        assert len(set(counts)) == len(counts), (
-            f"{message_id}: two claims with one receive count {sorted(counts)}: "
-            "two renames of the same name both succeeded"
-        )
-        holds.sort(key=lambda h: h["count"])
-        last = holds[-1]
-        assert last["action"] == "delete" and last["ok"], (
-            f"{message_id} was claimed again after it was deleted"
-        )
-
-        # The surely-held intervals never overlap.
-        intervals = sorted(
-            (h["got"], min(h["settle_start"], h["asked"] + vt_ns), h["pid"]) for h in holds
-        )
-        held_until, holder = -1, None
-        for start, end, pid in intervals:
-            assert start >= held_until, (
-                f"{message_id} held by pids {holder} and {pid} at once "
-                f"({(held_until - start) / 1e6:.3f} ms overlap)"
-            )
-            if end > held_until:
-                held_until, holder = end, pid
-
-        # A receipt that failed was stale: someone else had claimed the message
-        # again (later count) before the failed call returned.
-        for h in holds:
-            if not h["ok"]:
-                assert any(
-                    o["count"] > h["count"] and o["asked"] <= h["settle_end"] for o in holds
-                ), f"{message_id}: {h['action']} of {h['receipt']} failed, yet no one else held it"
-
-        # Consecutive claims: the next came after a release, or after the expiry.
-        for prev, nxt in itertools.pairwise(holds):
-            if nxt["count"] != prev["count"] + 1:
-                continue  # a claim whose body read lost a race is not logged
-            if prev["action"] == "release" and prev["ok"]:
-                assert nxt["got"] >= prev["settle_start"], f"{message_id} taken before release"
-            else:
-                expiry_ms = names.parse(prev["receipt"]).expiry_ms  # type: ignore[union-attr]
-                # 1 ms: float rounding of time.time() at the claimer's "now".
-                assert nxt["got_wall"] + 1_000_000 >= expiry_ms * 1_000_000, (
-                    f"{message_id} re-claimed {(expiry_ms * 1e6 - nxt['got_wall']) / 1e6:.1f} ms "
-                    f"before the expiry of {prev['receipt']}"
-                )
 
 
 @pytest.mark.timeout(90)
@@ -292,14 +110,14 @@ def consume_in_parent(
     rng = random.Random(5)
     got: list[vsqs.Message] = []
     while_producing = 0
-    deadline = time.monotonic() + _workers.STALL_DEADLINE
+    deadline = time.monotonic() + workers.STALL_DEADLINE
     with vsqs.Queue(url) as q:
         while len(got) < total:
             assert time.monotonic() < deadline, f"only {len(got)} of {total} messages arrived"
             alive = any(p.is_alive() for p in producers)
             batch = q.receive_batch(rng.choice([1, 1, 3, 10]), wait=0.5)
             if batch:
-                deadline = time.monotonic() + _workers.STALL_DEADLINE
+                deadline = time.monotonic() + workers.STALL_DEADLINE
                 if alive:
                     while_producing += len(batch)
                     go.touch()
@@ -334,7 +152,7 @@ def test_each_producers_messages_are_first_delivered_in_send_order(tmp_path: Pat
     logs = [tmp_path / f"producer-{i}.log" for i in range(len(setups))]
     procs = [
         ctx.Process(
-            target=_workers.produce,
+            target=workers.produce,
             args=(url, str(log), i, count, mode, durable, 50 + i, 40, 0.03, str(go)),
         )
         for i, ((count, mode, durable), log) in enumerate(zip(setups, logs, strict=True))
@@ -342,7 +160,7 @@ def test_each_producers_messages_are_first_delivered_in_send_order(tmp_path: Pat
     with running(*procs):
         got, while_producing = consume_in_parent(url, sum(c for c, _, _ in setups), procs, go)
         for proc in procs:
-            proc.join(_workers.STALL_DEADLINE)
+            proc.join(workers.STALL_DEADLINE)
             assert proc.exitcode == 0
     sent = read_sent(logs)
     assert while_producing > 0, "the consumer never ran alongside the producers"
@@ -367,12 +185,12 @@ def test_single_producer_and_consumer_concurrently_strict_order(tmp_path: Path) 
     log = tmp_path / "producer.log"
     go = tmp_path / "go"
     proc = ctx.Process(
-        target=_workers.produce,
+        target=workers.produce,
         args=(url, str(log), 0, count, "mixed", True, 9, 50, 0.02, str(go)),
     )
     with running(proc):
         got, while_producing = consume_in_parent(url, count, [proc], go)
-        proc.join(_workers.STALL_DEADLINE)
+        proc.join(workers.STALL_DEADLINE)
         assert proc.exitcode == 0
     sent = read_sent([log])
     assert while_producing > 0, "the consumer never ran alongside the producer"
@@ -394,7 +212,7 @@ def test_killed_consumers_messages_come_back_after_the_visibility_timeout(
         time.sleep(names_young_s())
         ready = [tmp_path / f"ready-{i}.json" for i in range(2)]
         children = [
-            ctx.Process(target=_workers.hold_and_hang, args=(url, per_child, vt, str(r)))
+            ctx.Process(target=workers.hold_and_hang, args=(url, per_child, vt, str(r)))
             for r in ready
         ]
         with running(*children):
@@ -465,7 +283,7 @@ def test_busy_consumers_killed_at_random_moments_lose_nothing(tmp_path: Path) ->
     time.sleep(names_young_s())
     logs = [tmp_path / f"busy-{r}.log" for r in range(rounds)]
     for r, log in enumerate(logs):
-        child = ctx.Process(target=_workers.busy_consume, args=(url, str(log), vt, batch, r))
+        child = ctx.Process(target=workers.busy_consume, args=(url, str(log), vt, batch, r))
         # Kill it after a random number of deletes: at a random point of its loop.
         after = rng.randrange(10, 500)
         with running(child):
@@ -551,7 +369,7 @@ def kill_producer(url: str, qdir: Path, log: Path, seed: int, at_new: bool) -> N
 
     ``at_new``: the moment a ``.new`` file shows (mid-write); else at a random time.
     """
-    child = ctx.Process(target=_workers.produce_large, args=(url, str(log), seed))
+    child = ctx.Process(target=workers.produce_large, args=(url, str(log), seed))
     with running(child):
         wait_until(lambda: log.exists() and log.read_text().count("\n") >= 2, 30, "sends")
         if at_new:  # (if none shows within 3 s, kill anyway: the checks will tell)
@@ -571,7 +389,7 @@ def drain_complete(q: vsqs.Queue) -> list[str]:
     """Receive and delete everything visible; every body must be complete."""
     ids = []
     while (msg := q.receive()) is not None:
-        complete = _workers.is_complete(msg.body)
+        complete = workers.is_complete(msg.body)
         assert complete, f"partial message {msg.id} ({len(msg.body)} bytes) became visible"
         ids.append(msg.id)
         msg.delete()

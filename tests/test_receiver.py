@@ -14,9 +14,9 @@ from vsqs import _receiver
 from vsqs._candidates import STALE_AFTER, skip_bound
 from vsqs._publish import Publisher
 from vsqs._receiver import IDLE_AFTER, POLL_INTERVAL, Receiver
+from vsqs.testing import FakeClock
 
-from .conftest import FakeClock
-from .servers import Server
+from .support.servers import Server
 
 VT_MS = 30_000
 

@@ -2,7 +2,7 @@
 
 ``tests/test_object_faults.py`` injects faults above the HTTP client. Here the
 crashing client of each scenario of ``tests/test_crashes.py`` is a real
-s3fs -> aiobotocore -> aiohttp stack pointed at :class:`~tests._fault_proxy.FaultProxy`,
+s3fs -> aiobotocore -> aiohttp stack pointed at :class:`~tests.support.fault_proxy.FaultProxy`,
 a forwarding proxy in front of the moto server; its healthy peer and the
 recovery talk to moto directly. Per run the proxy answers the k-th request
 with a 500 ``InternalError``, a 503 ``SlowDown``, a TCP reset, a reset *after*
@@ -26,13 +26,15 @@ library's own retries do what they do in production; the tests check that
 
 Which k: a dry run of each scenario lists its requests (about 95); a *call
 site* is a kind of request (method, kind of key, queue, condition header). A
-lost response, whose request takes effect in the state the operation built,
-hits the first request of each call site of each scenario (about 50 runs);
-faults that never reach the store (500, reset, throttling, a dead network)
-hit the first request of each call site across all scenarios (about 22); a
-503, on botocore's path of a 500, the first request of each scenario. What is
-left out repeats a call site (the second message of a batch, the claim inside
-``receive_and_delete``). Moves left unfinished are finished by the first
+lost response and the faults that never reach the store (500, reset,
+throttling, a dead network) hit the first request of each call site across
+all scenarios (about 22); a 503, on botocore's path of a 500, the first
+request of each scenario. What is left out repeats a call site (the second
+message of a batch, the claim inside ``receive_and_delete``, the same
+request in another scenario): what the client stack does with a fault is a
+matter of the request, and what vsqs does with a lost response in each state
+an operation builds is swept at every request of every scenario in this
+process (``tests/test_object_faults.py``). Moves left unfinished are finished by the first
 lister (``FINISH_AFTER = -1``), harsher than the default delay.
 
 Retry knobs of the client under test, library defaults in brackets: botocore
@@ -74,11 +76,14 @@ from vsqs import _names as names
 from vsqs.stores import _moves
 from vsqs.stores._object import ObjectStore
 from vsqs.stores._registry import open_store
+from vsqs.testing import FakeClock
 
-from ._fault_proxy import Exchange, FaultProxy
-from .conftest import FakeClock
-from .servers import Server
-from .test_crashes import BODY, SCENARIOS, Expect, open_pair, recover_and_check
+from .support.crashes import BODY, SCENARIOS, Expect, open_pair, recover_and_check
+from .support.fault_proxy import Exchange, FaultProxy
+from .support.servers import Server
+
+#: One worker runs the module: the proxies and the dry runs are set up once.
+pytestmark = pytest.mark.xdist_group("s3-faults")
 
 #: botocore attempts per call (the first one included); s3fs attempts of each call.
 ATTEMPTS = 2
@@ -285,6 +290,7 @@ def test_every_scenario_has_a_request_at_each_call_site(dry_runs: dict[str, Run]
     assert len(call_sites(dry_runs, per_scenario=False)) >= 20
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("fault", ["500", "503", "reset"])
 def test_one_server_error_or_reset_at_any_call_site_is_retried_and_the_operation_completes(
     rig: Rig, dry_runs: dict[str, Run], fault: str
@@ -312,10 +318,11 @@ def is_create(exchange: Exchange) -> bool:
     return exchange.method == "PUT" and exchange.condition == "If-None-Match: *"
 
 
+@pytest.mark.sweep
 def test_a_lost_response_at_any_call_site_is_resolved_and_loses_nothing(
     rig: Rig, dry_runs: dict[str, Run]
 ) -> None:
-    runs = rig.runs(call_sites(dry_runs, per_scenario=True), "lost")
+    runs = rig.runs(call_sites(dry_runs, per_scenario=False), "lost")
     check(runs)
     creates = 0
     for run in runs:
@@ -370,6 +377,7 @@ def test_throttling_of_the_bucket_check_is_a_storage_error_not_a_missing_queue(
         assert isinstance(run.error, vsqs.StorageError), f"{run}: {run.error!r}"
 
 
+@pytest.mark.sweep
 def test_a_dead_connection_at_any_call_site_ends_in_a_storage_error(
     rig: Rig, dry_runs: dict[str, Run]
 ) -> None:

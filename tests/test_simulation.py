@@ -72,7 +72,7 @@ def schedules(flavour: str, first: int) -> Iterator[Report]:
         seed += 1
 
 
-@pytest.mark.slow  # BUDGET seconds each
+@pytest.mark.sweep  # BUDGET seconds each
 @pytest.mark.parametrize("flavour", ["aws", "ceph", "gcs"])
 def test_random_schedules_keep_every_promise(flavour: str) -> None:
     failed = []
@@ -137,7 +137,7 @@ FAULT_PLANS: dict[str, Callable[[int], Plan]] = {
 PLANS = {**CLOCK_PLANS, **FAULT_PLANS}
 
 
-@pytest.mark.slow  # BUDGET / 4 seconds each
+@pytest.mark.sweep  # BUDGET / 4 seconds each
 @pytest.mark.parametrize("plan", PLANS)
 def test_random_schedules_with_assumptions_varied_keep_every_promise(plan: str) -> None:
     deadline = time.monotonic() + BUDGET / 4
@@ -440,6 +440,7 @@ MUTANTS: dict[str, tuple[tuple[object, str, object] | None, Callable[[int], Plan
 }
 
 
+@pytest.mark.sweep  # up to MUTANT_SEEDS schedules each
 @pytest.mark.parametrize("mutant", MUTANTS)
 def test_the_simulation_finds_a_planted_bug(mutant: str, monkeypatch: pytest.MonkeyPatch) -> None:
     patch, plan = MUTANTS[mutant]

@@ -29,13 +29,10 @@ import vsqs.spark  # noqa: E402
 from vsqs.spark._options import Options  # noqa: E402
 from vsqs.spark._read import NamesPartition, _bodies, read_partition  # noqa: E402
 
-from ._fault_proxy import FaultProxy, Gate  # noqa: E402
-from .servers import Server  # noqa: E402
-from .test_processes import wait_until  # noqa: E402
-
-
-def listing(path: Path) -> list[str]:
-    return sorted(p.name for p in path.iterdir())
+from .support.fault_proxy import FaultProxy, Gate  # noqa: E402
+from .support.servers import Server  # noqa: E402
+from .support.spark_streams import listing, run_stream, streamed  # noqa: E402
+from .support.waiting import wait_until  # noqa: E402
 
 
 def bodies(df: DataFrame) -> list[bytes]:
@@ -170,33 +167,6 @@ def test_executors_read_an_s3_queue_through_fsspec(spark: SparkSession, s3_serve
     rows = reader.load(url).orderBy("id").collect()
     assert [r.id for r in rows] == sent
     assert [bytes(r.body) for r in rows] == [f"s3-{i}".encode() for i in range(30)]
-
-
-# ------------------------------------------------------------------ streaming
-def run_stream(
-    spark: SparkSession, queue: Path, out: Path, checkpoint: Path, **options: str
-) -> list[Any]:
-    """One availableNow run into parquet; returns the run's batch sizes."""
-    stream = spark.readStream.format("vsqs").option("settleSeconds", "0")
-    for key, value in options.items():
-        stream = stream.option(key, value)
-    query = (
-        stream.load(str(queue))
-        .writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(120)
-    assert query.exception() is None
-    return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
-
-
-def streamed(spark: SparkSession, out: Path) -> list[str]:
-    if not out.exists():
-        return []
-    return [r.id for r in spark.read.parquet(str(out)).collect()]
 
 
 def test_a_stream_restarts_from_its_checkpoint_without_gaps_or_repeats(

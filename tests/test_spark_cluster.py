@@ -1,7 +1,7 @@
 """vsqs.spark on a Spark standalone cluster: what is about executors.
 
-A master and two workers (``tests/_spark_cluster.py``); each test runs a
-driver program of ``tests/_spark_jobs.py`` in a process of its own (a JVM
+A master and two workers (``tests/support/spark_cluster.py``); each test runs a
+driver program of ``tests/support/spark_jobs.py`` in a process of its own (a JVM
 hosts one SparkContext, and the test process already has its local one).
 """
 
@@ -24,20 +24,22 @@ from vsqs import _names as names
 
 pq = pytest.importorskip("pyarrow.parquet", reason="the spark extra is part of .[test]")
 
-from ._fault_proxy import FaultProxy, Gate  # noqa: E402
-from ._spark_cluster import (  # noqa: E402
+from .support.fault_proxy import FaultProxy, Gate  # noqa: E402
+from .support.servers import Server, proxied  # noqa: E402
+from .support.spark_cluster import (  # noqa: E402
     CHECKOUT,
     START_DEADLINE,
     SparkCluster,
     checkout_env,
     spark_class,
 )
-from .servers import Server, proxied  # noqa: E402
-from .test_processes import wait_until  # noqa: E402
-from .test_spark import listing  # noqa: E402
-from .test_spark_source import body_get  # noqa: E402
+from .support.spark_streams import (  # noqa: E402
+    body_get,
+    listing,
+)
+from .support.waiting import wait_until  # noqa: E402
 
-JOBS = Path(__file__).with_name("_spark_jobs.py")
+JOBS = Path(__file__).parent / "support" / "spark_jobs.py"
 
 
 def result(done: subprocess.CompletedProcess[str]) -> Any:

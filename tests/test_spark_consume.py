@@ -19,9 +19,9 @@ from pyspark.sql import functions as F
 
 import vsqs.spark
 
-from ._fault_proxy import FaultProxy, Gate
-from .servers import Server
-from .test_processes import wait_until
+from .support.fault_proxy import FaultProxy, Gate
+from .support.servers import Server
+from .support.waiting import wait_until
 
 BAD = (10, 500, 999)
 

@@ -2,7 +2,7 @@
 meets them (issue 17): empty reads, lost executors during a write, streams
 beside consumers, S3 reads at latency, pushdown, option errors, backlog.
 
-Every test runs on the session's real local SparkSession (``tests/_spark_session.py``)
+Every test runs on the session's real local SparkSession (``tests/support/spark_session.py``)
 or on the source's own code on real stores; S3 is the moto server, seen
 through a fault proxy that logs and gates requests.
 """
@@ -45,11 +45,11 @@ from vsqs.spark._stream import QueueStreamReader  # noqa: E402
 from vsqs.spark._write import QueueWriter  # noqa: E402
 from vsqs.testing import FakeClock  # noqa: E402
 
-from ._fault_proxy import FaultProxy, Gate  # noqa: E402
-from .servers import Server, proxied  # noqa: E402
-from .test_object_faults import FaultyIO  # noqa: E402
-from .test_processes import wait_until  # noqa: E402
-from .test_spark import listing, run_stream, streamed  # noqa: E402
+from .support.fault_proxy import FaultProxy, Gate  # noqa: E402
+from .support.faulty_io import FaultyIO  # noqa: E402
+from .support.servers import Server, proxied  # noqa: E402
+from .support.spark_streams import body_get, listing, run_stream, streamed  # noqa: E402
+from .support.waiting import wait_until  # noqa: E402
 
 COLUMNS = ["id", "sent_at", "body", "state", "receive_count", "visible_at"]
 
@@ -311,12 +311,6 @@ def test_a_stream_offers_what_still_exists_once_it_settled(
             message.release(delay=600)
     run_stream(spark, tmp_path / "q", tmp_path / "out", tmp_path / "checkpoint")
     assert sorted(streamed(spark, tmp_path / "out")) == sorted([held, released, ready])
-
-
-# ------------------------------------------------------- 5. S3 at latency
-def body_get(method: str, path: str, headers: dict[str, str] | None = None) -> bool:
-    """A GET of a message's object (a body read; not a listing or the config)."""
-    return method == "GET" and names.parse(path.split("?", 1)[0].rpartition("/")[2]) is not None
 
 
 def body_gets(proxy: FaultProxy) -> int:

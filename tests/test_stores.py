@@ -192,7 +192,7 @@ finally:
 """
 
 
-@pytest.mark.slow  # Spark in a process of its own
+@pytest.mark.spark  # Spark in a process of its own
 def test_spark_reads_and_writes_through_an_installed_plugin(plugin: Path, tmp_path: Path) -> None:
     """Spark's Python workers are other processes: they find the store by its
     entry point, as on a cluster where the plugin is installed."""

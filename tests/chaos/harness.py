@@ -45,7 +45,7 @@ from vsqs import _names as names
 from vsqs.stores import _moves
 from vsqs.stores._object import ObjectStore
 
-from .._workers import open_queue
+from ..support.workers import open_queue
 from . import workers
 
 #: Fork children from a server that imported everything once: a restart takes

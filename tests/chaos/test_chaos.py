@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from ..servers import Server
+from ..support.servers import Server
 from .harness import ChaosConfig, Report, run_chaos
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 
 
 def assert_clean(report: Report, min_kills: int) -> None:

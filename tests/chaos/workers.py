@@ -36,7 +36,7 @@ from typing import IO, Any
 
 import vsqs
 
-from .._workers import open_queue
+from ..support.workers import open_queue
 
 #: Producers send single messages or batches of up to this many.
 MAX_SEND_BATCH = 8

@@ -9,7 +9,7 @@ the expiry in a receipt, times, durations, rates, temp names, ports, the
 padding of table columns and the places of a traceback. The documents show
 the directory as ``/tmp/doc``.
 
-``python -m tests._doc_sessions docs/cli.md`` rewrites the outputs of a
+``python -m tests.support.doc_sessions docs/cli.md`` rewrites the outputs of a
 document from a fresh run in ``/tmp/doc``, with a moto server for its S3 session.
 """
 
@@ -165,9 +165,26 @@ def rewrite(document: Path, env: dict[str, str], skip: Callable[[Step], bool]) -
     document.write_text("\n".join(rewritten) + "\n")
 
 
+#: The credentials of the document's S3 session (its endpoint is the test's moto server).
+AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+#: Steps not run, by the start of their command, and why.
+NOT_REPLAYED = {
+    "vsqs pump load -n 0": "stopped by Ctrl-C at a moment of its own (tests/test_cli_signals.py)",
+}
+
+
+def not_replayed(step: Step) -> bool:
+    return step.command.startswith(tuple(NOT_REPLAYED))
+
+
 if __name__ == "__main__":
-    from ._moto_server import moto_s3
-    from .test_docs import AWS_ENV, not_replayed
+    from .moto_server import moto_s3
 
     with moto_s3("vsqs-docs") as options:
         endpoint = options["client_kwargs"]["endpoint_url"]

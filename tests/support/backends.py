@@ -32,7 +32,7 @@ class Backend:
     #: The store: ``"local"`` (LocalStore), ``"memory"`` (MemoryStore) or
     #: ``"object"`` (ObjectStore, through an fsspec URL).
     kind: str
-    #: The session fixture (``tests/servers.py``) that serves it.
+    #: The session fixture (``tests/support/servers.py``) that serves it.
     server: str | None = None
     #: Its sends can survive a power cut (``Store.durable``).
     durable: bool = False
@@ -117,6 +117,22 @@ def select(
 def params(backends: Iterable[Backend]) -> list[object]:
     """``pytest.param`` per backend, with its id."""
     return [pytest.param(b, id=b.id) for b in backends]
+
+
+def sweep_cases(
+    backends: Iterable[Backend], scenarios: Iterable[str], faults: Iterable[str]
+) -> list[object]:
+    """``(backend, scenario, fault)`` params of a fault sweep: every scenario
+    with every fault on a backend in this process, and on a server each
+    scenario once, the faults taking turns (each fault on a share of the
+    scenarios), as the server adds its own requests, not other code paths."""
+    scenarios, faults = list(scenarios), list(faults)
+    cases: list[object] = []
+    for b in backends:
+        for i, scenario in enumerate(scenarios):
+            for fault in faults if b.in_process else [faults[i % len(faults)]]:
+                cases.append(pytest.param(b, scenario, fault, id=f"{b.id}-{scenario}-{fault}"))
+    return cases
 
 
 def send_modes(backends: Iterable[Backend]) -> list[object]:

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 #: The checkout the tests run from: executors import vsqs from here.
-CHECKOUT = Path(__file__).resolve().parent.parent
+CHECKOUT = Path(__file__).resolve().parents[2]
 #: Generous: a loaded machine starts JVMs slowly; a stuck daemon still fails.
 START_DEADLINE = 180.0
 #: How long one driver program may run.
@@ -228,7 +228,7 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkClu
 
 
 def checkout_env() -> dict[str, str]:
-    """Environment for a driver program of ``tests/_spark_jobs.py`` that runs
+    """Environment for a driver program of ``tests/support/spark_jobs.py`` that runs
     this interpreter on the driver and the executors, both importing vsqs
     from the checkout under test."""
     return {

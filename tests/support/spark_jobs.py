@@ -1,6 +1,6 @@
-"""Driver programs the tests run on the standalone cluster (``tests/_spark_cluster.py``).
+"""Driver programs the tests run on the standalone cluster (``tests/support/spark_cluster.py``).
 
-Run as ``python tests/_spark_jobs.py JOB ARGS...`` or through ``spark-submit``;
+Run as ``python tests/support/spark_jobs.py JOB ARGS...`` or through ``spark-submit``;
 each prints its result as one JSON line. The master comes from
 ``VSQS_SPARK_MASTER``; ``VSQS_EXECUTOR_PYTHONPATH``, if set, becomes the
 executors' ``PYTHONPATH`` (the checkout under test).
