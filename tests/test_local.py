@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import vsqs
+from vsqs import _candidates as candidates
 from vsqs import _names as names
 from vsqs._candidates import STALE_AFTER
 from vsqs._view import YOUNG_MS
@@ -148,6 +149,10 @@ class CountingStore(vsqs.LocalStore):
         return None if self.lose_events and changed else changed
 
 
+#: Seconds a receive that must be woken by a feed waits at most (a bound, not a pace).
+WAIT = 30.0
+
+
 def start_feed(consumer: vsqs.Queue, producer: vsqs.Queue) -> None:
     """A receiver starts its feed at its second listing (the first drains a backlog)."""
     assert consumer.receive() is None
@@ -225,7 +230,13 @@ def test_a_feed_overflow_loses_no_message_and_keeps_fifo(tmp_path: Path) -> None
     assert got == sent
 
 
-def test_a_forked_child_watches_with_its_own_feed(tmp_path: Path) -> None:
+def test_a_forked_child_watches_with_its_own_feed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Listings never age into a timed re-listing here, so a receive that
+    waits for a young message is woken only by a feed, however long it
+    waits: the child's must be its own."""
+    monkeypatch.setattr(candidates, "STALE_AFTER", 3600.0)
     with vsqs.Queue(tmp_path / "q") as consumer, vsqs.Queue(tmp_path / "q") as producer:
         start_feed(consumer, producer)
         parent_feed = consumer.store._feed  # type: ignore[attr-defined]
@@ -234,7 +245,7 @@ def test_a_forked_child_watches_with_its_own_feed(tmp_path: Path) -> None:
             ok = False
             try:
                 producer.send(b"child")
-                msg = consumer.receive(wait=0.5)  # less than STALE_AFTER: no timed re-listing
+                msg = consumer.receive(wait=WAIT)
                 feed = consumer.store._feed  # type: ignore[attr-defined]
                 ok = msg is not None and msg.body == b"child" and feed not in (None, parent_feed)
             finally:
@@ -242,7 +253,7 @@ def test_a_forked_child_watches_with_its_own_feed(tmp_path: Path) -> None:
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
         producer.send(b"parent")  # the parent's feed still reports arrivals
-        msg = consumer.receive(wait=0.5)
+        msg = consumer.receive(wait=WAIT)
         assert msg is not None and msg.body == b"parent"
         assert consumer.store._feed is parent_feed  # type: ignore[attr-defined]
 
