@@ -127,7 +127,9 @@ def test_a_child_forked_while_a_queue_closes_under_a_long_poll_closes_it(
     the child has none of the parent's receives to wait for."""
     store = vsqs.LocalStore(str(tmp_path / "q"))
     q = vsqs.Queue(store)
-    polling = in_a_thread(lambda: q.receive(wait=3600))
+    with held_inside(store, "list") as listing:  # the receive is under way (and counted)
+        polling = in_a_thread(lambda: q.receive(wait=3600))
+        assert listing.wait(BOUND)
     with held_inside(store, "wake") as inside:
         closing = in_a_thread(q.close)
         assert inside.wait(BOUND)
