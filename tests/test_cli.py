@@ -262,6 +262,9 @@ def test_create_sets_every_queue_default(tmp_path: Path) -> None:
         "retry_delay": 2.0,
         "max_retry_delay": 60.0,
         "max_message_size": 1000,
+        "dedup_window": 300.0,
+        "content_dedup": False,
+        "format": 3,
     }
     config = vsqs.Queue(q).config
     assert (config.retry_delay, config.max_retry_delay, config.max_message_size) == (2, 60, 1000)

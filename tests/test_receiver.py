@@ -12,6 +12,8 @@ import vsqs
 from vsqs import _names as names
 from vsqs import _receiver
 from vsqs._candidates import STALE_AFTER, skip_bound
+from vsqs._envelope import NO_META
+from vsqs._outgoing import Prepared
 from vsqs._publish import Publisher
 from vsqs._receiver import IDLE_AFTER, POLL_INTERVAL, Receiver
 from vsqs.testing import FakeClock
@@ -31,12 +33,29 @@ class CountingStore(vsqs.MemoryStore):
         return super().list(prefix=prefix, settle=settle)
 
 
-def engine(store: vsqs.Store, clock: FakeClock) -> tuple[Receiver, Publisher]:
+def engine(store: vsqs.Store, clock: FakeClock) -> tuple[Receiver, Sends]:
     """A receiver and a publisher of one client, as a ``Queue`` wires them."""
     store.ensure(True)
     ms = names.MsClock(clock)
     receiver = Receiver(store, ms, new_grace_ms=3_600_000)
-    return receiver, Publisher(store, ms, False, receiver.sent)
+    return receiver, Sends(Publisher(store, ms, False, receiver.sent, _no_dedup))
+
+
+def _no_dedup(dedup_id: str, message_id: str, window_ms: int) -> str | None:
+    raise AssertionError("these sends have no deduplication id")
+
+
+class Sends:
+    """A publisher's sends of plain bodies (what ``Queue.send`` prepares)."""
+
+    def __init__(self, publisher: Publisher) -> None:
+        self._publisher = publisher
+
+    def send(self, datas: list[bytes], delay_ms: int) -> list[str]:
+        return self._publisher.send([Prepared(d, NO_META) for d in datas], delay_ms, 0)
+
+    def send_batch(self, datas: list[bytes], delay_ms: int) -> list[str]:
+        return self._publisher.send_batch([Prepared(d, NO_META) for d in datas], delay_ms, 0)
 
 
 def test_claims_are_fifo_and_each_message_is_claimed_once(clock: FakeClock) -> None:
@@ -140,7 +159,7 @@ def test_a_long_poll_wakes_for_a_send_of_another_thread() -> None:
     store.ensure(True)
     ms = names.MsClock(time.time)
     receiver = Receiver(store, ms, 3_600_000)
-    publisher = Publisher(store, ms, False, lambda name, at: None)
+    publisher = Sends(Publisher(store, ms, False, lambda name, at: None, _no_dedup))
     polling = threading.Event()
 
     def send_when_polling() -> None:
@@ -197,7 +216,7 @@ def test_an_idle_receiver_of_a_polled_store_looks_less_often_and_wakes_on_a_mess
     store.ensure(True)
     ms = names.MsClock(clock)
     receiver = Receiver(store, ms, 3_600_000, max_poll_interval=1.5)
-    publisher = Publisher(store, ms, False, receiver.sent)
+    publisher = Sends(Publisher(store, ms, False, receiver.sent, _no_dedup))
     assert receiver.poll_interval() == POLL_INTERVAL
     clock.advance(IDLE_AFTER - 0.001)
     assert receiver.poll_interval() == POLL_INTERVAL

@@ -325,7 +325,7 @@ _a_settled_listing_finishes_moves = _with_line(
 #: accepts: cut short, it left ``<id>.new`` and its marker for ever.
 _restamped_rows_moved_across_ids = _with_line(
     _publish._publish_chunk,
-    "kept = next((k for k, (i, f) in enumerate(pairs) if f[: names.ID_LEN] != i), kept)",
+    "kept = next((k for k, (i, f) in enumerate(pairs) if names.id_of(f) != i), kept)",
     "pass",
 )
 

@@ -17,6 +17,7 @@ from . import _inspect as inspect
 from . import _names as names
 from ._config import QueueConfig
 from ._dead_letter import collect_origins, remove_records
+from ._envelope import read_limit
 from ._errors import QueueNotFound, UnsupportedStore, storage_errors
 from ._message import Message, Owner, Progress, QueueStats, read_origin
 from ._publish import publish
@@ -86,7 +87,7 @@ def peek(
         ready = sorted((e.name, e.parsed) for e in found if e.state == names.READY)
         for name, parsed in ready:
             try:
-                body = store.read_limited(name, max_size)
+                body = store.read_limited(name, read_limit(parsed.id, max_size))
             except FileNotFoundError:
                 continue
             except TooLarge as exc:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from . import _names as names
+from ._groups import Groups, token_of
 from .stores._base import Store
 
 #: A cached listing is refreshed at least this often (seconds), so messages
@@ -72,12 +73,14 @@ class Candidates:
     they are due, without a listing. ``fed``: the store's arrival feed has
     reported every name that appeared since the last listing, so the
     candidates are the whole queue without listing again. ``origins``: ids
-    the last listing showed origin records of, with their names.
+    the last listing showed origin records of, with their names. ``groups``:
+    what it knows of message groups (:class:`~vsqs._groups.Groups`).
     """
 
     __slots__ = (
         "fed",
         "gone",
+        "groups",
         "heap",
         "listed_at",
         "listed_count",
@@ -111,6 +114,7 @@ class Candidates:
         self.gone: set[str] = set()  # fed: ready names the feed saw leave
         self.since_feed = 0  # claims since the feed was last read
         self.origins: dict[str, names.Records] = {}
+        self.groups = Groups()
 
     @property
     def listed(self) -> bool:
@@ -121,6 +125,39 @@ class Candidates:
     def add_invisible(self, name: str, expiry_ms: int) -> None:
         self.pending[name] = expiry_ms
         heapq.heappush(self.heap, (expiry_ms, name))
+        self.groups.hold(name)
+
+    def _left(self, name: str) -> None:
+        """An invisible name left the view: if its group opens, the names parked
+        behind it are candidates again."""
+        token = self.groups.drop(name)
+        if token is not None:
+            for parked in self.groups.unpark(token):
+                bisect.insort(self.names, parked, lo=self.pos)
+
+    def admit(self, name: str, token: str, mine: set[str]) -> bool:
+        """Whether a candidate of group ``token`` may be claimed: its group is
+        open in this view, or held by this very receive (``mine``: a batch
+        takes a group's consecutive messages). Else it is parked."""
+        groups = self.groups
+        if token not in groups.blocked and (token not in groups.held or token in mine):
+            return True
+        groups.park(token, name)
+        return False
+
+    def close_group(self, name: str) -> None:
+        """This view passes over a candidate without claiming it: its group
+        stays closed until the next listing (nothing behind it may pass it)."""
+        token = token_of(name)
+        if token is not None:
+            self.groups.block(token)
+            self.groups.park(token, name)
+
+    def restore(self, restored: list[str]) -> None:
+        """Candidates taken and not tried (a group's next message, deferred
+        until its head's claim is decided) become candidates again."""
+        for name in restored:
+            bisect.insort(self.names, name, lo=self.pos)
 
     def add_ready(self, name: str) -> None:
         """This client published ``name`` (ready): a candidate in FIFO position,
@@ -134,6 +171,8 @@ class Candidates:
             i = bisect.bisect_left(self.names, name, lo=self.pos)
             if i < len(self.names) and self.names[i] == name:
                 del self.names[i]
+        else:
+            self._left(name)
         if len(self.heap) > 2 * len(self.pending) + 1024:  # drop forgotten entries
             self.heap = [(expiry, name) for name, expiry in self.pending.items()]
             heapq.heapify(self.heap)
@@ -175,6 +214,7 @@ class Candidates:
             if pending.get(name) == expiry:
                 del pending[name]
                 bisect.insort(self.names, name, lo=self.pos)
+                self._left(name)
                 promoted = True
         return promoted
 
@@ -185,6 +225,16 @@ class Candidates:
         name = self.names[self.pos]
         self.pos += 1
         return name
+
+    def take_group(self, token: str) -> str | None:
+        """The next candidate of group ``token`` (``None`` when there is none);
+        the others stay candidates, in place."""
+        for i in range(self.pos, len(self.names)):
+            name = self.names[i]
+            if token_of(name) == token:
+                del self.names[i]
+                return name
+        return None
 
     def won(self) -> None:
         self.losses = 0
@@ -202,8 +252,17 @@ class Candidates:
         end = min(len(self.names), self.pos + count)
         if self.fed:
             self.skipped.extend(self.names[self.pos : end])
+        self._close_groups(self.names[self.pos : end])
         self.pos = end
         return count
+
+    def _close_groups(self, skipped: list[str]) -> None:
+        """Skipped candidates close their groups in this view (nothing of a
+        group may pass its head) until the next listing."""
+        for name in skipped:
+            token = token_of(name)
+            if token is not None:
+                self.groups.block(token)
 
     def retry_skipped(self) -> None:
         """Make the skipped names candidates again once the others ran out (fed only)."""
@@ -226,6 +285,7 @@ class Candidates:
         self.pending = listing.pending
         self.heap = [(expiry, name) for name, expiry in listing.pending.items()]
         heapq.heapify(self.heap)
+        self.groups.refresh(listing.pending)
         self.gone = set()
         visible = listing.visible
         if during is not None:  # names that changed while listing: some are listed too
@@ -237,6 +297,7 @@ class Candidates:
         spread = min(len(visible), 1 << min(self.losses, 6))
         start = random.randrange(spread) if self.losses and visible else 0
         self.names, self.pos, self.token = visible, start, token
+        self._close_groups(visible[:start])
         self.young, self.fed = set(listing.young), during is not None
         self.skipped = []
         self.oldest_young = min(listing.young) if listing.young else None

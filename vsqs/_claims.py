@@ -15,8 +15,11 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from . import _names as names
+from ._candidates import Candidates
+from ._envelope import read_limit
 from ._errors import VsqsError
 from ._fanout import fan_out
+from ._groups import token_of
 from ._view import View
 from .stores._base import Outcomes, OutcomeUnknown, TooLarge
 
@@ -61,15 +64,19 @@ class Claims(View):
         max_receives: int | None,
         exhausted: Exhausted | None,
         max_size: int | None,
+        target: str | None = None,
     ) -> list[Claim]:
         """Claim and read up to ``max_messages`` candidates: one at a time, or,
-        where renames cost requests, as many at once as are still wanted."""
+        where renames cost requests, as many at once as are still wanted.
+        ``target``: only messages of the group with that token."""
         out: list[Claim] = []
         # Names this call made invisible join the expiry heap only when it
         # ends, so a short visibility timeout cannot bring a message back into
         # the same batch.
         claimed_ids: set[str] = set()
         later: list[tuple[str, int]] = []
+        mine: set[str] = set()  # groups this call holds: it may take their next messages
+        held: list[str] = []  # names this call claimed (they hold their groups at once)
         relists = 0
         wide = self._store.renames_cost_requests
         failure: Exception | None = None
@@ -77,10 +84,15 @@ class Claims(View):
             while len(out) < max_messages and failure is None:
                 with self._lock:
                     wanted = max_messages - len(out) if wide else 1
-                    plans, relists = self._plan(wanted, vt_ms, claimed_ids, later, relists)
+                    deferred: list[str] = []
+                    plans, relists = self._plan(
+                        wanted, vt_ms, claimed_ids, later, relists, mine, deferred, target
+                    )
                     if not plans:
+                        self._candidates.restore(deferred)
                         break
                     won = self._rename(plans)
+                    self._hold_groups(won, mine, held, deferred)
                 claimed_ids.update(plan.id for plan in won)
                 failure = self._read(won, max_receives, exhausted, max_size, out, later)
         except OSError as exc:  # a later listing or claim of the batch
@@ -89,6 +101,10 @@ class Claims(View):
             with self._lock:
                 for name, expiry in later:
                     self._candidates.add_invisible(name, expiry)
+                left = {name for name, _ in later}
+                for name in held:  # given back, or gone: no longer held here
+                    if name not in left:
+                        self._candidates.groups.drop(name)
         if failure is not None:
             if not out:
                 raise failure
@@ -101,6 +117,27 @@ class Claims(View):
             )
         return self._unexpired(out) if vt_ms else out
 
+    def _hold_groups(
+        self, won: list[Plan], mine: set[str], held: list[str], deferred: list[str]
+    ) -> None:
+        """Claims won hold their groups at once (for every receive of this
+        client); a group's next messages deferred behind a claim of this round
+        are candidates again if it was won (caller holds the lock)."""
+        groups = self._candidates.groups
+        for plan in won:
+            token = names.group_of(plan.id)
+            if token is not None:
+                groups.hold(plan.held)
+                mine.add(token)
+                held.append(plan.held)
+        for name in deferred:
+            token = token_of(name)
+            if token in mine:
+                self._candidates.restore([name])
+            elif token is not None:
+                groups.block(token)
+                groups.park(token, name)
+
     def _plan(
         self,
         wanted: int,
@@ -108,24 +145,39 @@ class Claims(View):
         claimed_ids: set[str],
         later: list[tuple[str, int]],
         relists: int,
+        mine: set[str],
+        deferred: list[str],
+        target: str | None,
     ) -> tuple[list[Plan], int]:
         """The next ``wanted`` claims to try, of distinct messages not claimed
-        in this batch yet, and the listings taken so far (caller holds the lock)."""
+        in this batch yet, and the listings taken so far (caller holds the
+        lock). At most one message of a group is planned at a time: the
+        group's next ones go to ``deferred`` until its claim is decided."""
         plans: list[Plan] = []
         ids = set(claimed_ids) if wanted > 1 else claimed_ids
+        planned: set[str] = set()  # groups with a claim in this round
+        c = self._candidates
         while len(plans) < wanted:
-            name, relists, now = self._next_candidate(relists, may_list=not plans)
+            name, relists, now = self._next_candidate(relists, not plans, target)
             if name is None:
                 break
             parsed = names.parse(name)
+            token = None if parsed is None else parsed.group
+            if token is not None and not _admit(c, name, token, planned, mine, deferred):
+                continue
             if parsed is None or parsed.state == names.NEW or not names.is_visible(parsed, now):
+                c.close_group(name)
                 continue  # foreign, or not visible (any more)
             if self._passes_over(parsed.id) or not self._can_claim(parsed, name):
+                c.close_group(name)
                 continue  # back with the next listing, never due by itself: no spin
             if parsed.id in ids:  # not again in this batch
                 if parsed.expiry_ms is not None:
                     later.append((name, parsed.expiry_ms))
+                c.close_group(name)
                 continue
+            if token is not None:
+                planned.add(token)
             if wanted > 1:
                 ids.add(parsed.id)
             count = min(parsed.receive_count + 1, names.MAX_COUNT)  # as the name spells it
@@ -153,7 +205,9 @@ class Claims(View):
             if error is None:
                 self._candidates.won()
                 won.append(plan)
-            elif isinstance(error, OutcomeUnknown):
+                continue
+            self._candidates.close_group(plan.candidate)  # its head is not ours: nothing passes it
+            if isinstance(error, OutcomeUnknown):
                 # Slow enough that a lister may have finished it for us: not
                 # ours to return; if it took effect, the message comes back at
                 # the held name's expiry, as from a claimer that died.
@@ -200,7 +254,8 @@ class Claims(View):
         store = self._store
 
         def read(name: str) -> bytes:
-            return store.read(name) if max_size is None else store.read_limited(name, max_size)
+            limit = None if max_size is None else read_limit(names.id_of(name), max_size)
+            return store.read(name) if limit is None else store.read_limited(name, limit)
 
         failure: Exception | None = None
         unread: list[Plan] = []
@@ -321,6 +376,23 @@ class Claims(View):
                 continue
             kept.append(claim)
         return kept
+
+
+def _admit(
+    c: Candidates,
+    name: str,
+    token: str,
+    planned: set[str],
+    mine: set[str],
+    deferred: list[str],
+) -> bool:
+    """Whether a candidate of group ``token`` may be planned now: its group is
+    open (:meth:`Candidates.admit`) and has no claim in this round yet (else
+    it is ``deferred`` until that claim is decided)."""
+    if token in planned:
+        deferred.append(name)
+        return False
+    return c.admit(name, token, mine)
 
 
 def _count_before(plan: Plan) -> int:

@@ -6,11 +6,11 @@ import json
 import math
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, TypeVar
 
 from ._errors import InvalidArgument, QueueConfigError
-from ._names import FORMAT_VERSION
+from ._names import FORMAT_VERSION, READABLE_FORMATS
 
 N = TypeVar("N", int, float)
 
@@ -28,6 +28,8 @@ MIN_RETRY_DELAY = 0.01
 DEFAULT_MAX_MESSAGE_SIZE = 256 * 1024 * 1024
 #: Longest visibility timeout or delay accepted: one year.
 MAX_SECONDS = 365 * 24 * 3600.0
+#: How long a deduplication id is remembered (seconds; SQS's 5 minutes).
+DEFAULT_DEDUP_WINDOW = 300.0
 
 
 def seconds(value: object, what: str) -> float:
@@ -121,6 +123,21 @@ def retry_delays(retry_delay: object, max_retry_delay: object) -> tuple[float, f
     return base, cap
 
 
+_CHECKS: dict[str, Callable[[Any, str], Any]] = {
+    "visibility_timeout": seconds,
+    "retry_delay": retry_seconds,
+    "max_retry_delay": retry_seconds,
+    "max_message_size": positive_int,
+    "dedup_window": seconds,
+}
+
+
+def requested(**given: Any) -> dict[str, Any]:
+    """The queue settings a client asks for (``None``: not given), each
+    checked as its own argument (:class:`InvalidArgument`)."""
+    return {k: v if v is None or k not in _CHECKS else _CHECKS[k](v, k) for k, v in given.items()}
+
+
 @dataclass(frozen=True)
 class QueueConfig:
     """Queue defaults every client agrees on (``vsqs.json`` in the queue).
@@ -129,6 +146,10 @@ class QueueConfig:
     ``retry_delay`` and ``max_retry_delay`` pace the retries of ``consume``.
     ``max_message_size``: the largest body (bytes) sends take and receivers
     read; a config written before it existed has the default.
+    ``dedup_window``: seconds during which a second send of one deduplication
+    id creates nothing; ``content_dedup``: a send without one uses the SHA-256
+    of its body. ``format``: the queue's on-disk format (2: no groups,
+    attributes or deduplication; docs/format.md).
     """
 
     visibility_timeout: float = DEFAULT_VISIBILITY_TIMEOUT
@@ -137,11 +158,21 @@ class QueueConfig:
     retry_delay: float = DEFAULT_RETRY_DELAY
     max_retry_delay: float = DEFAULT_MAX_RETRY_DELAY
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    dedup_window: float = DEFAULT_DEDUP_WINDOW
+    content_dedup: bool = False
+    #: Not a setting: the format the queue was created in.
+    format: int = field(default=FORMAT_VERSION, metadata={"setting": False})
 
     def __post_init__(self) -> None:
         seconds(self.visibility_timeout, "visibility_timeout")
         retry_delays(self.retry_delay, self.max_retry_delay)
         positive_int(self.max_message_size, "max_message_size")
+        if seconds(self.dedup_window, "dedup_window") == 0:
+            raise InvalidArgument("dedup_window must be more than 0 seconds")
+        if not isinstance(self.content_dedup, bool):
+            raise InvalidArgument("content_dedup must be True or False")
+        if self.format not in READABLE_FORMATS:
+            raise InvalidArgument(f"format {self.format!r} is not one this vsqs reads")
         if self.max_receives is not None:
             positive_int(self.max_receives, "max_receives")
         if self.dead_letter is not None and not isinstance(self.dead_letter, str):
@@ -167,7 +198,7 @@ class QueueConfig:
         return cls(**defaults | {k: v for k, v in requested.items() if v is not None})
 
     def to_json(self) -> bytes:
-        doc = {"format": FORMAT_VERSION, **asdict(self)}
+        doc = asdict(self)
         return json.dumps(doc, indent=1, sort_keys=True).encode() + b"\n"
 
     @classmethod
@@ -179,9 +210,11 @@ class QueueConfig:
         except ValueError as exc:
             raise QueueConfigError(f"{where}: unreadable queue config ({exc})") from None
         version = doc.get("format")
-        if version != FORMAT_VERSION:
+        if version not in READABLE_FORMATS:
             raise QueueConfigError(
-                f"{where}: queue format {version!r}; this vsqs reads format {FORMAT_VERSION}"
+                f"{where}: queue format {version!r}; this vsqs reads formats "
+                f"{', '.join(map(str, READABLE_FORMATS))} (move the messages of a queue of "
+                "another format with the vsqs that wrote it)"
             )
         known = {f.name for f in fields(cls)}
         try:

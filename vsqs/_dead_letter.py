@@ -160,6 +160,14 @@ def _copy_here(store: Store, message_id: str, record: str) -> bool | None:
     return found
 
 
+def dead_letter_location(target: str | None, store: Store) -> Store | str | None:
+    """Where a config's ``dead_letter`` is: the sibling queue of ``store`` a
+    name stands for, or the path or URL itself."""
+    if target is None or not is_sibling_name(target):
+        return target
+    return store.sibling(target)
+
+
 def check_target(target: str | None, own_url: str, *, given: bool) -> None:
     """Refuse, when a queue at ``own_url`` is opened, a dead-letter location
     it could never use: a name that is not a queue name, a relative path

@@ -14,6 +14,7 @@ from typing import Protocol
 
 from . import _forks
 from . import _names as names
+from ._envelope import unseal
 from ._errors import InvalidBody, StorageError, storage_errors
 from .stores._base import Store, TooLarge
 
@@ -162,10 +163,23 @@ class Message:
     """A received (or peeked) message.
 
     ``receipt`` is the message's current name while this client holds it; it
-    changes on :meth:`extend`. Peeked messages have no receipt.
+    changes on :meth:`extend`. Peeked messages have no receipt. ``group``:
+    the message's group (``None`` without one); ``attributes``: its
+    attributes (``{}`` without); ``dedup_id``: the deduplication id it was
+    sent with, where it has a group or attributes (``None`` otherwise).
     """
 
-    __slots__ = ("_dead_lettered", "_hold", "body", "id", "receipt", "receive_count")
+    __slots__ = (
+        "_dead_lettered",
+        "_hold",
+        "attributes",
+        "body",
+        "dedup_id",
+        "group",
+        "id",
+        "receipt",
+        "receive_count",
+    )
 
     def __init__(
         self,
@@ -179,7 +193,10 @@ class Message:
         origins: names.Records = (),
     ) -> None:
         self.id = message_id
-        self.body = body
+        self.body, meta = unseal(message_id, body)
+        self.group = meta.group
+        self.attributes = dict(meta.attributes)
+        self.dedup_id = meta.dedup_id
         self.receipt = receipt
         self.receive_count = receive_count
         self._hold = Hold(queue, receipt)
@@ -257,6 +274,7 @@ class Message:
     def __repr__(self) -> str:
         return (
             f"Message(id={self.id!r}, receive_count={self.receive_count}, "
+            f"{'' if self.group is None else f'group={self.group!r}, '}"
             f"body={self.body[:40]!r}{'...' if len(self.body) > 40 else ''})"
         )
 

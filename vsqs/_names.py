@@ -1,4 +1,4 @@
-"""The on-disk name grammar (format version 2): pure functions, no I/O.
+"""The on-disk name grammar (format version 3): pure functions, no I/O.
 
 A message is one object whose name is its state (see ``docs/format.md``)::
 
@@ -11,7 +11,9 @@ A message is one object whose name is its state (see ``docs/format.md``)::
                                       message); <record id> is fresh per dead-lettering,
                                       so the name never recurs (older records: <id>.origin)
 
-    <id> = <ms:13 digits>-<seq:4 hex>-<nonce:16 hex>
+    <id> = <ms:13 digits>-<seq:4 hex>-<nonce:16 hex>[_<tag>]
+    <tag> = a                 the object is an envelope (attributes), no group
+          | g<16 hex>         an envelope of a message of the group with this token
 
 Names are fixed width up to the first dot, so a plain sort of names is FIFO
 order. ``<version>`` counts a message's names: every rename (and every move
@@ -35,7 +37,10 @@ from typing import NamedTuple
 
 from ._errors import InvalidArgument, InvalidQueueName, InvalidReceipt
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+#: Formats this vsqs opens: format 2 has no tags (no group, attributes or
+#: dedup records); a format-2 queue is used as it is, without those features.
+READABLE_FORMATS = (2, 3)
 CONFIG_NAME = "vsqs.json"
 NEW_SUFFIX = ".new"
 #: Suffix of a dead letter's origin record ``<id>.<record id>.origin`` (or
@@ -43,9 +48,17 @@ NEW_SUFFIX = ".new"
 #: letters"): a name format-2 readers without it take for foreign.
 ORIGIN_SUFFIX = ".origin"
 
+#: The length of an id's untagged part, which fixes its FIFO position: a
+#: plain sort of names is FIFO order up to here.
 ID_LEN = 35  # 13 + 1 + 4 + 1 + 16
 NONCE_LEN = 16
-_ID = r"[0-9]{13}-[0-9a-f]{4}-[0-9a-f]{16}"
+#: The longest id (and so ready name): a group's tag.
+MAX_ID_LEN = ID_LEN + 2 + 16
+TAG_SEPARATOR = "_"
+#: The tag of an envelope without a group (docs/format.md, "Envelopes").
+ENVELOPE_TAG = "a"
+GROUP_TAG = "g"
+_ID = r"[0-9]{13}-[0-9a-f]{4}-[0-9a-f]{16}(?:_(?:a|g[0-9a-f]{16}))?"
 _ID_RE = re.compile(_ID)
 _NUMBER = r"(0|[1-9][0-9]{0,8})"
 _INVISIBLE_RE = re.compile(rf"({_ID})\.([0-9]{{13}})\.{_NUMBER}\.([1-9][0-9]{{0,8}})")
@@ -78,16 +91,54 @@ class Name(NamedTuple):
     receive_count: int = 0
     version: int = 0
 
+    @property
+    def group(self) -> str | None:
+        """The token of the message's group (:func:`group_of`)."""
+        return group_of(self.id)
+
+
+def id_of(name: str) -> str:
+    """The id (tag included) a name of the grammar starts with: up to its first dot."""
+    end = name.find(".")
+    return name if end < 0 else name[:end]
+
+
+def is_ready(name: str) -> bool:
+    """Whether ``name`` is a ready name (an id, tagged or not)."""
+    return ID_LEN <= len(name) <= MAX_ID_LEN and _ID_RE.fullmatch(name) is not None
+
+
+def group_of(message_id: str) -> str | None:
+    """The group token in an id's tag (``g`` and 16 hex), ``None`` without one."""
+    if len(message_id) == MAX_ID_LEN:
+        return message_id[ID_LEN + 1 :]
+    return None
+
+
+def is_enveloped(message_id: str) -> bool:
+    """Whether the message's object is an envelope (its id has a tag)."""
+    return len(message_id) > ID_LEN
+
+
+def tagged(message_id: str, tag: str | None) -> str:
+    """``message_id`` (untagged, or tagged: its tag is replaced) with ``tag``."""
+    core = message_id[:ID_LEN]
+    return core if tag is None else f"{core}{TAG_SEPARATOR}{tag}"
+
+
+def tag_of(message_id: str) -> str | None:
+    """The tag of an id, ``None`` for an untagged one."""
+    return message_id[ID_LEN + 1 :] if len(message_id) > ID_LEN else None
+
 
 def parse(name: str) -> Name | None:
     """Parse a name of the grammar, or return ``None`` for anything foreign."""
     n = len(name)
-    if n == ID_LEN:
-        return Name(name, READY) if _ID_RE.fullmatch(name) else None
-    if n == ID_LEN + len(NEW_SUFFIX):
-        if name.endswith(NEW_SUFFIX) and _ID_RE.fullmatch(name, 0, ID_LEN):
-            return Name(name[:ID_LEN], NEW)
-        return None
+    if n <= MAX_ID_LEN and "." not in name:
+        return Name(name, READY) if n >= ID_LEN and _ID_RE.fullmatch(name) else None
+    if name.endswith(NEW_SUFFIX) and name.count(".") == 1:
+        message_id = name[: -len(NEW_SUFFIX)]
+        return Name(message_id, NEW) if _ID_RE.fullmatch(message_id) else None
     m = _INVISIBLE_RE.fullmatch(name)
     if m is None:
         return None
@@ -134,10 +185,10 @@ def origin_record(name: str) -> tuple[str, str] | None:
     """``(message id, record id)`` of an origin record's name, ``None`` for any
     other name. A record named ``<id>.origin`` (written before record ids) has
     the record id ``""``, older than any other."""
-    message_id = name[:ID_LEN]
+    message_id = id_of(name)
     if not (name.endswith(ORIGIN_SUFFIX) and is_id(message_id)):
         return None
-    between = name[ID_LEN : -len(ORIGIN_SUFFIX)]
+    between = name[len(message_id) : -len(ORIGIN_SUFFIX)]
     if not between:
         return message_id, ""
     if between[0] == "." and is_id(between[1:]):
@@ -183,10 +234,11 @@ def next_name(name: Name, expiry_ms: int, count: int) -> str:
 
 
 def sibling_id(message_id: str) -> str:
-    """An id with ``message_id``'s ms and seq (so its FIFO position) and a
-    fresh random nonce: a name of another lineage, for a second copy of a
-    message that must never share a name with the first."""
-    return f"{message_id[:-NONCE_LEN]}{secrets.token_hex(NONCE_LEN // 2)}"
+    """An id with ``message_id``'s ms and seq (so its FIFO position), its tag,
+    and a fresh random nonce: a name of another lineage, for a second copy of
+    a message that must never share a name with the first."""
+    core = f"{message_id[: ID_LEN - NONCE_LEN]}{secrets.token_hex(NONCE_LEN // 2)}"
+    return tagged(core, tag_of(message_id))
 
 
 def id_ms(message_id: str) -> int:

@@ -14,7 +14,13 @@ from . import _names as names
 from ._errors import MessageTooLarge, StorageError, VsqsError, storage_errors
 from ._fanout import fan_out
 from ._inspect import RESTAMP_AFTER
+from ._outgoing import Prepared
 from .stores._base import Store
+
+#: ``first(dedup_id, message_id, window_ms)``: record ``message_id`` as the
+#: message of ``dedup_id``, or return the id recorded within the window
+#: (:meth:`vsqs._dedup.Deduplicator.first`).
+First = Callable[[str, str, int], "str | None"]
 
 #: Fresh ids a send tries before it gives up.
 SEND_ATTEMPTS = 8
@@ -140,8 +146,10 @@ def commit(
     width = store.batch_width
     restamping = False  # once one id is, every later one is too: the batch keeps its order
 
-    def fresh() -> str:
-        return names.published_name(clock.next_id(), visible_at)
+    def fresh(staged_id: str) -> str:
+        """A fresh name for what ``staged_id`` staged (with its tag: its group)."""
+        fresh_id = names.tagged(clock.next_id(), names.tag_of(staged_id))
+        return names.published_name(fresh_id, visible_at)
 
     for start in range(0, len(staged), width):
         chunk = staged[start : start + width]
@@ -149,7 +157,7 @@ def commit(
         finals = []
         for i in chunk:
             restamping = restamping or names.id_ms(i) < restamp_before
-            finals.append(fresh() if restamping else names.published_name(i, visible_at))
+            finals.append(fresh(i) if restamping else names.published_name(i, visible_at))
         for message_id, (final, error) in zip(
             chunk, _publish_chunk(store, chunk, finals, fresh, durable=durable), strict=True
         ):
@@ -164,7 +172,12 @@ def commit(
 
 
 def _publish_chunk(
-    store: Store, chunk: list[str], finals: list[str], fresh: Callable[[], str], *, durable: bool
+    store: Store,
+    chunk: list[str],
+    finals: list[str],
+    fresh: Callable[[str], str],
+    *,
+    durable: bool,
 ) -> list[tuple[str, OSError | None]]:
     """Rename each staged id of ``chunk`` to its final name, side by side;
     where creates are atomic, those whose final name has a fresh id (a
@@ -173,7 +186,7 @@ def _publish_chunk(
     pairs = list(zip(chunk, finals, strict=True))
     kept = len(pairs)
     if store.creates_atomically(durable):
-        kept = next((k for k, (i, f) in enumerate(pairs) if f[: names.ID_LEN] != i), kept)
+        kept = next((k for k, (i, f) in enumerate(pairs) if names.id_of(f) != i), kept)
     moves = [(names.new_name(i), f) for i, f in pairs[:kept]]
     outcomes = [(f, e) for (_, f), e in zip(moves, store.rename_batch(moves), strict=True)]
     created = fan_out(
@@ -190,7 +203,7 @@ def _publish_chunk(
 
 
 def restamp(
-    store: Store, staged_id: str, final: str, fresh: Callable[[], str], *, durable: bool
+    store: Store, staged_id: str, final: str, fresh: Callable[[str], str], *, durable: bool
 ) -> str:
     """Publish what ``staged_id`` staged by creating ``final`` (a name of a
     fresh id) with its bytes, then remove the staged name; return the name
@@ -198,7 +211,7 @@ def restamp(
 
     It is created as a send is (:meth:`Store.write_new`): a name that is taken
     or burned (a create whose outcome is unknown, which may land later: at
-    least once) is replaced by ``fresh()``. Never a move across ids: an
+    least once) is replaced by ``fresh(staged_id)``. Never a move across ids: an
     object store's move marker hides its target only among the names of its
     source's id (``docs/protocol.md``, "Restamped commits"). The staged name
     goes after the create, so a tail that waits for it never passes the new
@@ -211,7 +224,7 @@ def restamp(
         try:
             store.write_new(final, data, fsync=durable)
         except FileExistsError:
-            final = fresh()
+            final = fresh(staged_id)
             continue
         with suppress(OSError):
             store.delete(tmp, known=True)
@@ -228,58 +241,75 @@ class Publisher:
         clock: names.MsClock,
         durable: bool,
         published: Callable[[str, int | None], object],
+        first: First,
     ) -> None:
         """``published(name, visible_at)`` is told of every message sent (for the
-        client's own receives)."""
+        client's own receives); ``first`` records deduplication ids."""
         self._store = store
         self._clock = clock
         self._durable = durable
         self._published = published
+        self._first = first
 
-    def send(self, datas: list[bytes], delay_ms: int) -> list[str]:
-        """Publish each message on its own, in order; return the ids."""
+    def send(self, items: list[Prepared], delay_ms: int, window_ms: int) -> list[str]:
+        """Publish each message on its own, in order; return the ids (a
+        duplicate's is the id of the first message of its deduplication id)."""
         sent: list[str] = []
 
         def where() -> str:
-            done = f" ({len(sent)} of {len(datas)} sent)" if len(datas) > 1 else ""
+            done = f" ({len(sent)} of {len(items)} sent)" if len(items) > 1 else ""
             return f"sending to {self._store.url}{done}"
 
         with telling_sent(sent), storage_errors(where):
-            for data in datas:
-                sent.append(self._send_one(data, delay_ms))
+            for item in items:
+                sent.append(self._send_one(item, delay_ms, window_ms))
         return sent
 
-    def _send_one(self, data: bytes, delay_ms: int) -> str:
+    def _send_one(self, item: Prepared, delay_ms: int, window_ms: int) -> str:
         """Publish under a fresh id; draw another if the name is taken (an id
         collision), or burned by a create whose outcome is unknown (it may
-        land later: a send is at least once)."""
+        land later: a send is at least once). A message with a deduplication
+        id is recorded first, and published under the id recorded (a burned
+        create may land: it is not sent again under another id)."""
+        tag, dedup_id = item.meta.tag, item.meta.dedup_id
         for _ in range(SEND_ATTEMPTS):
-            message_id = self._clock.next_id()
+            message_id = names.tagged(self._clock.next_id(), tag)
+            if dedup_id is not None:
+                first = self._first(dedup_id, message_id, window_ms)
+                if first is not None:
+                    return first
             visible_at = self._clock.expiry_ms(delay_ms) if delay_ms else None
             final = names.published_name(message_id, visible_at)
             try:
-                if publish(self._store, self._durable, message_id, data, final, replace_new=False):
+                if publish(
+                    self._store, self._durable, message_id, item.data, final, replace_new=False
+                ):
                     self._published(final, visible_at)
                     return message_id
             except FileExistsError:
                 pass
+            if dedup_id is not None:
+                return message_id
         raise StorageError(f"could not publish a message under {SEND_ATTEMPTS} fresh ids")
 
-    def send_batch(self, datas: list[bytes], delay_ms: int) -> list[str]:
+    def send_batch(self, items: list[Prepared], delay_ms: int, window_ms: int) -> list[str]:
         """Stage every message, make them durable with one sync, then publish
-        them (one rename batch). Not atomic: on an error some may have been sent."""
+        them (one rename batch). Not atomic: on an error some may have been
+        sent. A batch with deduplication ids is sent one message at a time."""
         store = self._store
+        if any(item.meta.dedup_id is not None for item in items):
+            return self.send(items, delay_ms, window_ms)
         if store.creates_atomically(self._durable):
             if store.renames_cost_requests:
-                return self._send_side_by_side(datas, delay_ms)
-            return self.send(datas, delay_ms)
+                return self._send_side_by_side(items, delay_ms)
+            return self.send(items, delay_ms, window_ms)
         staged: list[str] = []
         done: set[str] = set()
         sent: list[str] = []
 
         def published(staged_id: str, final: str) -> None:
             done.add(staged_id)
-            sent.append(final[: names.ID_LEN])  # the id it was published under
+            sent.append(names.id_of(final))  # the id it was published under
             self._published(final, visible_at)
 
         with (
@@ -287,8 +317,8 @@ class Publisher:
             storage_errors(lambda: f"sending a batch to {store.url} ({len(sent)} sent)"),
         ):
             try:
-                for data in datas:
-                    staged.append(stage(store, data, self._clock.next_id))
+                for item in items:
+                    staged.append(stage(store, item.data, self._next_id(item)))
                 if self._durable:
                     store.sync_files(names.new_name(i) for i in staged)
                 visible_at = self._clock.expiry_ms(delay_ms) if delay_ms else None
@@ -304,30 +334,36 @@ class Publisher:
                 unstage(store, sorted(set(staged).difference(done)))
         return sent
 
-    def _send_side_by_side(self, datas: list[bytes], delay_ms: int) -> list[str]:
+    def _next_id(self, item: Prepared) -> Callable[[], str]:
+        """Fresh ids for ``item``: with its tag (its group)."""
+        tag = item.meta.tag
+        return lambda: names.tagged(self._clock.next_id(), tag)
+
+    def _send_side_by_side(self, items: list[Prepared], delay_ms: int) -> list[str]:
         """Create a batch's names side by side, :data:`SEND_CHUNK` at a time,
         each chunk's ids issued inside :meth:`Store.sending`, above an id drawn
         for the marker (receivers see a chunk once it is whole). A name that
         was taken or burned is sent again under a fresh id, after the rest of
-        its chunk; the ids returned are in the order of ``datas``."""
+        its chunk; the ids returned are in the order of ``items``."""
         sent: list[str] = []
         with (
             telling_sent(sent),
             storage_errors(lambda: f"sending a batch to {self._store.url} ({len(sent)} sent)"),
         ):
-            for start in range(0, len(datas), SEND_CHUNK):
-                chunk = datas[start : start + SEND_CHUNK]
+            for start in range(0, len(items), SEND_CHUNK):
+                chunk = items[start : start + SEND_CHUNK]
                 ids, error = self._send_chunk(chunk, delay_ms)
                 if error is not None:
                     sent.extend(i for i in ids if i is not None)
                     raise error
                 sent.extend(
-                    i or self._send_one(data, delay_ms) for i, data in zip(ids, chunk, strict=True)
+                    i or self._send_one(item, delay_ms, 0)
+                    for i, item in zip(ids, chunk, strict=True)
                 )
         return sent
 
     def _send_chunk(
-        self, chunk: list[bytes], delay_ms: int
+        self, chunk: list[Prepared], delay_ms: int
     ) -> tuple[list[str | None], OSError | None]:
         """Write one chunk side by side; the id of each message sent (``None``
         where its name was taken or burned, or its create failed), and the
@@ -337,10 +373,10 @@ class Publisher:
         for _ in range(SEND_ATTEMPTS):
             try:
                 with store.sending(self._clock.next_id()):  # a floor: later ids are above it
-                    ids = [self._clock.next_id() for _ in chunk]
+                    ids = [self._next_id(item)() for item in chunk]
                     visible_at = self._clock.expiry_ms(delay_ms) if delay_ms else None
                     finals = [names.published_name(i, visible_at) for i in ids]
-                    items = list(zip(finals, chunk, strict=True))
+                    items = [(f, item.data) for f, item in zip(finals, chunk, strict=True)]
                     errors = store.write_batch(items, fsync=self._durable)  # never raises OSError
                 break
             except FileExistsError as exc:  # the marker's name was burned: nothing written yet

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import suppress
 from types import TracebackType
 from typing import Any
@@ -26,18 +26,20 @@ from ._config import (
     env_flag,
     env_seconds,
     positive_int,
-    retry_seconds,
+    requested,
     seconds,
 )
-from ._dead_letter import DeadLetters, check_target
+from ._dead_letter import DeadLetters, check_target, dead_letter_location
+from ._dedup import Deduplicator
+from ._envelope import check_key, group_token
 from ._errors import QueueClosed
-from ._message import Body, DeleteResult, Message, Progress, QueueStats, as_bytes, hold
+from ._message import Body, DeleteResult, Message, Progress, QueueStats, hold
 from ._options import ConsumeOptions
-from ._publish import Publisher, check_sizes
+from ._outgoing import Outgoing, Prepared, prepare
+from ._publish import Publisher
 from ._receiver import DEFAULT_MAX_POLL_INTERVAL, Receiver
 from ._settle import Settler
 from .stores._base import Store
-from .stores._location import is_sibling_name
 from .stores._registry import open_store
 
 
@@ -59,24 +61,16 @@ class Queue:
     of the parent held stays held; docs/guarantees.md, "After fork").
 
     ``visibility_timeout``, ``max_receives``, ``dead_letter``, ``retry_delay``,
-    ``max_retry_delay`` and ``max_message_size`` are the queue's defaults,
-    written into its config when this call creates it and checked against it
-    otherwise. Defaults left out come, in this order, from the queue's config,
-    the ``VSQS_VISIBILITY_TIMEOUT``, ``VSQS_RETRY_DELAY``,
-    ``VSQS_MAX_RETRY_DELAY``, ``VSQS_MAX_MESSAGE_SIZE`` (these four at
-    creation), ``VSQS_DURABLE``, ``VSQS_NEW_GRACE`` and
-    ``VSQS_MAX_POLL_INTERVAL`` environment variables, and the built-in values
-    (30 s, 1 s, 300 s, 256 MiB, durable, one hour, 2 s). No file is read but
-    the queue's own.
+    ``max_retry_delay``, ``max_message_size``, ``dedup_window`` and
+    ``content_dedup`` are the queue's settings, written into its config when
+    this call creates it and checked against it otherwise; the others are
+    this client's. What is left out comes from the queue's config, then
+    ``VSQS_*`` environment variables, then built-in values
+    (docs/settings.md). No file is read but the queue's own.
 
-    ``max_message_size`` (bytes): sends of a larger body raise
-    :class:`MessageTooLarge` before anything is written; a larger message
-    found in the queue is never read (docs/format.md, "Maximum size").
-
-    ``max_poll_interval``: on object stores, where every look is a LIST
-    request, a receiver that has received nothing for 10 s lists at most
-    this often while it waits (0.2 s while messages come); the first message
-    after a lull may wait that long.
+    ``max_message_size`` (bytes): a larger send raises :class:`MessageTooLarge`;
+    a larger message is never read. ``max_poll_interval``: on object stores, how
+    often an idle receiver lists at most.
     """
 
     def __init__(
@@ -96,6 +90,8 @@ class Queue:
         unsafe_claims: bool = False,
         max_poll_interval: float | None = None,
         max_message_size: int | None = None,
+        dedup_window: float | None = None,
+        content_dedup: bool | None = None,
     ) -> None:
         self._store = open_store(url, storage_options)
         self._closed = False
@@ -118,25 +114,22 @@ class Queue:
             self._new_grace_ms,
             seconds(max_poll_interval, "max_poll_interval"),
         )
-        self._publisher = Publisher(self._store, self._clock, self.durable, self._receiver.sent)
+        dedup = Deduplicator(self._store, self._clock, self.durable)
+        self._publisher = Publisher(
+            self._store, self._clock, self.durable, self._receiver.sent, dedup.first
+        )
         self._dead_letters = DeadLetters(self._store, self._open_dead_letter)
         self._settler = Settler(self, self._store, self._clock, self._receiver)
-        requested = {
-            "visibility_timeout": None
-            if visibility_timeout is None
-            else seconds(visibility_timeout, "visibility_timeout"),
-            "max_receives": max_receives,
-            "dead_letter": dead_letter,
-            "retry_delay": None
-            if retry_delay is None
-            else retry_seconds(retry_delay, "retry_delay"),
-            "max_retry_delay": None
-            if max_retry_delay is None
-            else retry_seconds(max_retry_delay, "max_retry_delay"),
-            "max_message_size": None
-            if max_message_size is None
-            else positive_int(max_message_size, "max_message_size"),
-        }
+        settings = requested(
+            visibility_timeout=visibility_timeout,
+            max_receives=max_receives,
+            dead_letter=dead_letter,
+            retry_delay=retry_delay,
+            max_retry_delay=max_retry_delay,
+            max_message_size=max_message_size,
+            dedup_window=dedup_window,
+            content_dedup=content_dedup,
+        )
         try:
             check_target(dead_letter, self.url, given=True)  # before anything is created
             self.config = admin.open_config(
@@ -145,23 +138,15 @@ class Queue:
                 create=create,
                 durable=self.durable,
                 unsafe_claims=self._unsafe_claims,
-                requested=requested,
+                requested=settings,
             )
             check_target(self.config.dead_letter, self.url, given=False)  # another client's
         except BaseException:
             self.close()
             raise
 
-    def _dead_letter_location(self) -> Store | str | None:
-        """Where the config's ``dead_letter`` is: the sibling queue a name
-        stands for, or the path or URL itself."""
-        target = self.config.dead_letter
-        if target is None or not is_sibling_name(target):
-            return target
-        return self._store.sibling(target)
-
     def _open_dead_letter(self, create: bool) -> Queue:
-        location = self._dead_letter_location()
+        location = dead_letter_location(self.config.dead_letter, self._store)
         assert location is not None
         nearby = isinstance(location, Store)
         return Queue(
@@ -188,7 +173,7 @@ class Queue:
     def dead_letter_url(self) -> str | None:
         """The location of this queue's dead-letter queue (as its ``url`` would
         read), ``None`` without one. Nothing is opened or created."""
-        location = self._dead_letter_location()
+        location = dead_letter_location(self.config.dead_letter, self._store)
         if location is None:
             return None
         store = (
@@ -248,19 +233,40 @@ class Queue:
         return f"vsqs.Queue({self.url!r})"
 
     # -------------------------------------------------------------- publish
-    def send(self, body: Body, *, delay: float = 0) -> str:
+    def send(
+        self,
+        body: Body,
+        *,
+        delay: float = 0,
+        group: str | None = None,
+        dedup_id: str | None = None,
+        attributes: Mapping[str, str] | None = None,
+    ) -> str:
         """Send one message; return its id.
 
         The message is visible (after ``delay`` seconds) once this returns, and
         never before it is complete. With ``durable=True`` (the default) it
-        survives a power cut on a durable store.
+        survives a power cut on a durable store. ``group``: messages of one
+        group are delivered in send order, one at a time; ``dedup_id``: a send
+        of an id sent within the queue's ``dedup_window`` creates nothing and
+        returns the first message's id; ``attributes``: str names and values
+        kept with the message (docs/groups.md).
         """
         self._check_open()
-        data = [as_bytes(body)]
-        check_sizes(data, self.config.max_message_size)
-        return self._publisher.send(data, int(seconds(delay, "delay") * 1000))[0]
+        items = prepare(
+            [body], self.config, group=group, dedup_ids=[dedup_id], attributes=attributes
+        )
+        return self._publish(items, delay, batch=False)[0]
 
-    def send_batch(self, bodies: Iterable[Body], *, delay: float = 0) -> list[str]:
+    def send_batch(
+        self,
+        bodies: Iterable[Body | Outgoing],
+        *,
+        delay: float = 0,
+        group: str | None = None,
+        dedup_ids: Iterable[str | None] | None = None,
+        attributes: Mapping[str, str] | None = None,
+    ) -> list[str]:
         """Send several messages; return their ids in order.
 
         Durability is paid once per batch: the files are flushed with one
@@ -271,23 +277,38 @@ class Queue:
         messages that were sent, in batch order (it survives pickling); the
         others were not, bar one whose create had an unknown outcome on an
         object store (it may land later: at least once).
+
+        ``group``, ``attributes``: for every message; ``dedup_ids``: one per
+        message (``None`` for none); a :class:`vsqs.Outgoing` in ``bodies``
+        gives one message its own (docs/groups.md).
         """
         self._check_open()
-        datas = [as_bytes(body) for body in bodies]
-        check_sizes(datas, self.config.max_message_size)
-        return self._publisher.send_batch(datas, int(seconds(delay, "delay") * 1000))
+        items = prepare(
+            bodies, self.config, group=group, dedup_ids=dedup_ids, attributes=attributes
+        )
+        return self._publish(items, delay, batch=True)
+
+    def _publish(self, items: list[Prepared], delay: float, *, batch: bool) -> list[str]:
+        send = self._publisher.send_batch if batch else self._publisher.send
+        return send(
+            items, int(seconds(delay, "delay") * 1000), int(self.config.dedup_window * 1000)
+        )
 
     # -------------------------------------------------------------- receive
     def receive(
-        self, *, visibility_timeout: float | None = None, wait: float = 0
+        self,
+        *,
+        visibility_timeout: float | None = None,
+        wait: float = 0,
+        group: str | None = None,
     ) -> Message | None:
         """Receive the oldest visible message, waiting up to ``wait`` seconds for one.
 
         The message stays invisible to others for ``visibility_timeout`` seconds
         (the queue's default if ``None``); delete it before then or it is
-        delivered again.
+        delivered again. ``group``: the next message of that group only.
         """
-        got = self.receive_batch(1, visibility_timeout=visibility_timeout, wait=wait)
+        got = self.receive_batch(1, visibility_timeout=visibility_timeout, wait=wait, group=group)
         return got[0] if got else None
 
     def receive_batch(
@@ -297,6 +318,7 @@ class Queue:
         visibility_timeout: float | None = None,
         wait: float = 0,
         stop: threading.Event | None = None,
+        group: str | None = None,
     ) -> list[Message]:
         """Receive up to ``max_messages`` visible messages, oldest first.
 
@@ -308,6 +330,10 @@ class Queue:
         A storage error part way returns the messages already read (it is
         logged, and raised only when none was); a message claimed but not
         read is visible again at once, its receive count as before.
+
+        Messages of a group come in send order, one at a time: while one is
+        in flight, its group gives nothing more, to anyone; a batch may hold
+        several consecutive ones. ``group``: only that group's (docs/groups.md).
         """
         self._check_open()
         positive_int(max_messages, "max_messages")
@@ -319,6 +345,7 @@ class Queue:
             max_receives=self.config.max_receives,
             exhausted=self._dead_letters.take,
             max_size=self.config.max_message_size,
+            target=None if group is None else group_token(check_key(group, "group")),
         )
         got = [
             Message(self, c.id, c.body, c.name, c.receive_count, origins=c.origin) for c in claims
@@ -440,39 +467,22 @@ class Queue:
         max_retry_delay: float | None = None,
         jitter: Callable[[], float] | None = None,
     ) -> int:
-        """Run ``handler`` on messages one at a time; return how many succeeded.
+        """Run ``handler`` on messages one at a time; return how many succeeded
+        (docs/workers.md tells it whole).
 
         While the handler runs, a heartbeat thread extends the message's
         visibility every third of the visibility timeout. When the handler
-        returns, the message is deleted. When it raises an ``Exception``, the
-        message is released to be retried after a backoff delay: for a
-        message received ``n`` times, ``step = min(max_retry_delay,
-        retry_delay * 2 ** (n - 1))`` and the delay is ``step / 2`` plus a
-        random part of up to ``step / 2`` drawn from ``jitter()`` ("equal
-        jitter"; ``jitter`` returns a float in [0, 1), ``random.random`` by
-        default). ``retry_delay`` and ``max_retry_delay`` default to the
-        queue's (1 s and 300 s unless set at creation). A message's first
-        failure seen by this ``Queue`` object (in any of its ``consume``
-        calls) is logged at ERROR with its traceback, later ones as one line
-        with the receive count.
-
-        Stops after ``max_messages`` messages received, once ``stop`` is set,
-        or after ``idle_timeout`` seconds (on the queue's clock) in which no
-        handler succeeded: failures do not reset the idle time, so a queue
-        holding only failing messages ends the call too. A bad option (a
-        ``max_messages`` that is not an int of at least 0, a ``stop``
-        without ``is_set``, a ``jitter`` that is not callable, a duration
-        out of range) raises :class:`InvalidArgument` before anything is
-        received.
-
-        Interrupted by anything that is not an ``Exception`` (Ctrl-C's
-        ``KeyboardInterrupt``, ``SystemExit``), it releases the message in
-        hand at once, logs one line at WARNING (handled, succeeded,
-        released) and re-raises. Called in the main thread while SIGTERM has
-        its default handler, it installs for its duration one that raises
-        ``SystemExit(143)``, so SIGTERM cleans up the same way and the
-        process exits with status 143; a SIGTERM handler of your own is left
-        alone.
+        returns, the message is deleted; when it raises an ``Exception``, it
+        is released to be retried after a backoff: for a message received
+        ``n`` times, ``step = min(max_retry_delay, retry_delay * 2 ** (n - 1))``
+        and the delay is ``step / 2 + jitter() * step / 2`` (``retry_delay``,
+        ``max_retry_delay``: the queue's unless given; ``jitter``:
+        ``random.random`` unless given). Stops after ``max_messages``, once
+        ``stop`` is set, or after ``idle_timeout`` seconds in which no handler
+        succeeded. A bad option raises :class:`InvalidArgument` before
+        anything is received. Interrupted by a ``BaseException`` (Ctrl-C; in
+        the main thread, SIGTERM becomes ``SystemExit(143)`` unless you handle
+        it), it releases the message in hand, logs one line and re-raises.
         """
         self._check_open()
         options = ConsumeOptions(

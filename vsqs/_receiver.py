@@ -79,6 +79,7 @@ class Receiver(Claims):
         max_receives: int | None = None,
         exhausted: Exhausted | None = None,
         max_size: int | None = None,
+        target: str | None = None,
     ) -> list[Claim]:
         """Claim up to ``max_messages`` visible messages, oldest first, waiting
         up to ``wait`` seconds for one (a long poll).
@@ -88,7 +89,8 @@ class Receiver(Claims):
         ``max_size`` bytes is not read: it stays held until its visibility
         timeout runs out, is logged once, and this receiver passes over it
         from then on; so does one whose name leaves no version for a claim
-        and its release (:func:`~vsqs._names.can_hold`). Gives up, claiming
+        and its release (:func:`~vsqs._names.can_hold`). ``target``: only
+        messages of the group with that token (docs/groups.md). Gives up, claiming
         nothing more, at the next wake-up (within :data:`~vsqs._candidates.STALE_AFTER`) after
         ``stop`` is set.
 
@@ -109,7 +111,7 @@ class Receiver(Claims):
                     if stop is not None and stop.is_set():
                         return []
                     got = self._claim_available(
-                        max_messages, vt_ms, max_receives, exhausted, max_size
+                        max_messages, vt_ms, max_receives, exhausted, max_size, target
                     )
                     if got:
                         self._received_at = self._clock.elapsed()

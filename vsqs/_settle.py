@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from . import _names as names
 from ._config import seconds
 from ._dead_letter import remove_records
+from ._envelope import read_limit
 from ._errors import InvalidArgument, ReceiptExpired, StorageError, storage_errors
 from ._fanout import fan_out
 from ._message import DeleteResult, Message, Owner, hold
@@ -77,7 +78,7 @@ class Settler:
             receipt = names.receipt_name(parsed)
             with storage_errors(f"reading from {self._owner.url}"):
                 try:
-                    body = self._store.read_limited(receipt, max_size)
+                    body = self._store.read_limited(receipt, read_limit(parsed.id, max_size))
                 except FileNotFoundError:
                     raise ReceiptExpired(f"cannot extend: {receipt} is no longer current") from None
             new = self._move_held(parsed, self._clock.expiry_ms(vt_ms), "extend", holds=True)

@@ -83,17 +83,20 @@ class View:
         with self._lock:
             self._candidates = Candidates()
 
-    def _next_candidate(self, relists: int, may_list: bool) -> tuple[str | None, int, int]:
+    def _next_candidate(
+        self, relists: int, may_list: bool, target: str | None = None
+    ) -> tuple[str | None, int, int]:
         """The next name to try, the listings taken so far and the time in ms;
         ``None`` when there is none, or when a listing is due and not
         ``may_list`` (a listing taken before the planned claims are made
-        would show their candidates again). The caller holds the lock."""
+        would show their candidates again). ``target``: only names of that
+        group token. The caller holds the lock."""
         store, c = self._store, self._candidates
         while True:
             now = self._clock.now_ms()
             promoted = c.promote_due(now)
             if c.fed and c.feed_due(promoted):
-                changes = store.changes(names.ID_LEN)
+                changes = store.changes(names.MAX_ID_LEN)
                 if changes is None:
                     c.feed_lost()
                 else:
@@ -104,10 +107,15 @@ class View:
                 # "changed"), a listing that found nothing is not retried at once.
                 if relists == 2 or not may_list or self._found_nothing(relists):
                     return None, relists, now
-                self._relist(now)
+                self._relist(now, target)
                 relists += 1
                 continue
-            name = c.take()
+            name = c.take() if target is None else c.take_group(target)
+            if name is None and target is not None and relists == 0 and may_list:
+                # The others' candidates are not this group's: look again once.
+                self._relist(now, target)
+                relists += 1
+                continue
             if name is None or name not in c.gone:  # gone: the feed saw another take it
                 return name, relists, now
 
@@ -141,7 +149,7 @@ class View:
         return False
 
     # ----------------------------------------------------------- listing
-    def _relist(self, now_ms: int) -> None:
+    def _relist(self, now_ms: int, target: str | None = None) -> None:
         """Refresh the candidates from one listing (caller holds the lock)."""
         c, store = self._candidates, self._store
         started = self._clock.elapsed()
@@ -150,10 +158,10 @@ class View:
         # a second look. The first listing goes without: a client that drains
         # a backlog need not pay for events (its own claims are events too)
         # until it runs out.
-        fed = c.listed and store.changes(names.ID_LEN) is not None
+        fed = c.listed and store.changes(names.MAX_ID_LEN) is not None
         token = store.change_token()
-        listing = self._list(now_ms, fed, c.young)
-        during = store.changes(names.ID_LEN) if fed else None
+        listing = self._list(now_ms, fed, c.young, target)
+        during = store.changes(names.MAX_ID_LEN) if fed else None
         if fed and during is None:
             # The feed lost events while it listed (an overflow): the names the
             # listing missed are lost with them, so it is trusted no more than
@@ -163,9 +171,13 @@ class View:
         if listing.stale_new:
             collect_stale_new(store, listing.stale_new, store.url)
 
-    def _list(self, now_ms: int, fed: bool, seen_young: set[str]) -> Listing:
+    def _list(
+        self, now_ms: int, fed: bool, seen_young: set[str], target: str | None = None
+    ) -> Listing:
         """One listing, sorted out: candidates (ascending), names too young to
-        trust yet, invisible names and their expiry, and stale ``.new`` leftovers."""
+        trust yet, invisible names and their expiry, and stale ``.new`` leftovers.
+        Where it may stop early, it stops once it has the head of the queue
+        (of group ``target``'s names only, for a receive from that group)."""
         store = self._store
         # "~" sorts after every id: with a feed, no name is young.
         young_before = "~" if fed else _young_from(now_ms)
@@ -177,9 +189,10 @@ class View:
         origins: dict[str, names.Records] = {}
         listed = passed = 0
         head = HEAD_NAMES if store.lists_in_order else math.inf
+        grouped: set[str] = set()  # groups with a head (or an in-flight message) so far
         for name in store.list():
             listed += 1
-            if len(name) == names.ID_LEN:
+            if "." not in name:  # a ready name, or foreign (a claim parses it)
                 (visible if _settled(name, young_before, seen_young) else young).append(name)
             elif name.endswith(names.NEW_SUFFIX):
                 if name < stale_before:
@@ -188,17 +201,31 @@ class View:
             elif (parsed := names.parse(name)) is not None and parsed.expiry_ms is not None:
                 if parsed.expiry_ms > now_ms:
                     pending[name] = parsed.expiry_ms
+                    if parsed.receive_count and parsed.group is not None:
+                        grouped.add(parsed.group)
                     continue
                 visible.append(name)
             else:
                 names.note_origin(origins, name)
                 continue
-            if self._passes_over(name[: names.ID_LEN]):
+            if not self._heads(name, target, grouped):
                 passed += 1  # the head is what this receiver may claim
-            elif len(visible) + len(young) - passed >= head:
+            if len(visible) + len(young) - passed >= head:
                 break  # in key order: the rest of the backlog is newer
         visible.sort()
         return Listing(visible, young, pending, stale_new, listed, origins)
+
+    def _heads(self, name: str, target: str | None, grouped: set[str]) -> bool:
+        """Whether a listed candidate counts towards the head of the queue: one
+        this receiver may claim, the first of its group (and of ``target``'s,
+        for a receive from one group); ``grouped``: the groups seen so far."""
+        message_id = names.id_of(name)
+        token = names.group_of(message_id)
+        if self._passes_over(message_id) or token in grouped:
+            return False
+        if token is not None:
+            grouped.add(token)
+        return target is None or token == target
 
 
 def _young_from(now_ms: int) -> str:
@@ -220,6 +247,6 @@ def _without_feed(listing: Listing, now_ms: int, seen_young: set[str]) -> Listin
     visible: list[str] = []
     young = list(listing.young)
     for name in listing.visible:
-        settled = len(name) != names.ID_LEN or _settled(name, young_before, seen_young)
+        settled = "." in name or _settled(name, young_before, seen_young)
         (visible if settled else young).append(name)
     return dataclasses.replace(listing, visible=visible, young=young)

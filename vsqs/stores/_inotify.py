@@ -80,8 +80,8 @@ class DirectoryFeed:
 
         One caller at a time (the queue calls it under its lock).
 
-        Only names of ``name_length`` characters are reported; the others are
-        skipped without decoding them.
+        Only names of at most ``name_length`` characters are reported; the
+        others are skipped without decoding them.
         """
         out: list[tuple[str, bool]] = []
         if not self._poll.poll(0):  # cheaper than a read that fails with EAGAIN
@@ -100,14 +100,12 @@ class DirectoryFeed:
                 pos = start + length
                 if mask & _LOST:
                     lost = True
-                elif (
-                    length == padded
-                    and not mask & _IN_ISDIR
-                    and buf[start + name_length - 1]
-                    and not buf[start + name_length]
-                ):
-                    name = buf[start : start + name_length].decode("utf-8", "replace")
-                    out.append((name, bool(mask & _APPEARED)))
+                elif length <= padded and not mask & _IN_ISDIR:
+                    size = buf.find(0, start, pos)
+                    size = (pos if size < 0 else size) - start
+                    if 0 < size <= name_length:
+                        name = buf[start : start + size].decode("utf-8", "replace")
+                        out.append((name, bool(mask & _APPEARED)))
             if end < _READ_SIZE // 2:
                 break  # the kernel had no more queued
         return None if lost else out

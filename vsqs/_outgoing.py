@@ -1,0 +1,80 @@
+"""What a send is given: bodies with their group, deduplication id and
+attributes, checked against the queue's config before anything is written."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from ._config import QueueConfig
+from ._envelope import Meta, attributes_size, content_dedup_id, meta, seal
+from ._errors import InvalidArgument, MessageTooLarge, QueueConfigError
+from ._message import Body, as_bytes
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """One message of :meth:`vsqs.Queue.send_batch` with its own group,
+    deduplication id or attributes (what it leaves out, the batch's
+    arguments give)."""
+
+    body: Body
+    group: str | None = None
+    dedup_id: str | None = None
+    attributes: Mapping[str, str] | None = field(default=None)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A message ready to publish: what is stored, and its metadata."""
+
+    data: bytes
+    meta: Meta
+
+
+def prepare(
+    bodies: Iterable[Body | Outgoing],
+    config: QueueConfig,
+    *,
+    group: str | None = None,
+    dedup_ids: Iterable[str | None] | None = None,
+    attributes: Mapping[str, str] | None = None,
+) -> list[Prepared]:
+    """Check and seal every message of a send before any is written:
+    :class:`InvalidArgument` for a bad group, id or attribute,
+    :class:`MessageTooLarge` for a body (with its attributes) over the queue's
+    ``max_message_size``, :class:`QueueConfigError` for metadata on a queue
+    of format 2."""
+    items = list(bodies)
+    ids: list[str | None] = [None] * len(items) if dedup_ids is None else list(dedup_ids)
+    if len(ids) != len(items):
+        raise InvalidArgument(f"{len(ids)} dedup_ids for {len(items)} messages")
+    out: list[Prepared] = []
+    for i, (item, dedup_id) in enumerate(zip(items, ids, strict=True)):
+        if isinstance(item, Outgoing):
+            body = as_bytes(item.body)
+            m = meta(
+                item.group if item.group is not None else group,
+                item.dedup_id if item.dedup_id is not None else dedup_id,
+                item.attributes if item.attributes is not None else attributes,
+            )
+        else:
+            body = as_bytes(item)
+            m = meta(group, dedup_id, attributes)
+        size = len(body) + attributes_size(m.attributes)
+        if size > config.max_message_size:
+            which = f"message {i} of the batch" if len(items) > 1 else "the message"
+            with_attributes = " with its attributes" if m.attributes else ""
+            raise MessageTooLarge(
+                f"{which} is {size:,} bytes{with_attributes}; this queue takes at most "
+                f"{config.max_message_size:,} (its max_message_size)"
+            )
+        if m.dedup_id is None and config.content_dedup:
+            m = m._replace(dedup_id=content_dedup_id(body))
+        if config.format < 3 and (m.enveloped or m.dedup_id is not None):
+            raise QueueConfigError(
+                "this queue has format 2, without groups, deduplication ids or attributes: "
+                "move its messages into a new queue (vsqs move) to use them"
+            )
+        out.append(Prepared(seal(body, m), m))
+    return out
