@@ -30,6 +30,7 @@ from ._errors import (
 from ._message import DeadLettered, DeleteResult, Message, QueueStats
 from ._move import move
 from ._names import FORMAT_VERSION
+from ._outgoing import Outgoing
 from ._queue import Queue
 from ._redrive import redrive
 from .stores._base import Store
@@ -53,6 +54,7 @@ __all__ = [
     "Message",
     "MessageTooLarge",
     "NotAQueue",
+    "Outgoing",
     "Queue",
     "QueueClosed",
     "QueueConfigError",

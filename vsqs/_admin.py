@@ -118,6 +118,7 @@ def stats(
         next_visible_in=t.seconds_until(t.next_visible_ms),
         in_flight_expires_in=t.seconds_until(t.in_flight_expiry_ms),
         dead_letter=None if dead_letter_depth is None else dead_letter_depth(),
+        groups_in_flight=len(t.held_groups),
     )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import _names as names
 from ._config import ENV_NEW_GRACE, env_seconds
@@ -136,6 +136,8 @@ class Tally:
     oldest_sent_ms: int | None = None
     next_visible_ms: int | None = None
     in_flight_expiry_ms: int | None = None
+    #: The tokens of the groups with a message in flight.
+    held_groups: set[str] = field(default_factory=set)
 
     def add(self, entry: Entry) -> None:
         state, parsed = entry.state, entry.parsed
@@ -153,6 +155,8 @@ class Tally:
         if state == names.IN_FLIGHT:
             self.in_flight += 1
             self.in_flight_expiry_ms = _earliest(self.in_flight_expiry_ms, expiry)
+            if parsed.group is not None:
+                self.held_groups.add(parsed.group)
         else:
             self.delayed += 1
 

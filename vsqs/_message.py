@@ -317,6 +317,9 @@ class QueueStats:
     in_flight_expires_in: float | None = None
     #: Messages in the dead-letter queue (every state); ``None`` without one.
     dead_letter: int | None = None
+    #: Message groups with a message in flight (SQS's
+    #: ApproximateNumberOfGroupsWithInflightMessages).
+    groups_in_flight: int = 0
 
     def as_dict(self) -> dict[str, int | float | None]:
         """The figures by name, for JSON and metrics."""
