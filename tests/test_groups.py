@@ -428,6 +428,25 @@ def test_the_files_of_format_3_are_as_the_format_document_shows(
     assert vsqs.FORMAT_VERSION == 3
 
 
+def test_only_a_tagged_id_is_read_as_an_envelope(tmp_path: Path) -> None:
+    q = vsqs.Queue(tmp_path / "q")
+    looks_like_one = b'\x00vsqs-envelope 1\n{"group":"A"}\nbody'
+    q.send(looks_like_one)  # untagged: its body, never parsed
+    foreign = "1750000000000-0000-0123456789abcdef_g0123456789abcdef"
+    (tmp_path / "q" / foreign).write_bytes(b"not an envelope")  # tagged, not well formed
+    got = [(m.body, m.group, m.attributes) for m in q.receive_batch(10)]
+    assert got == [(b"not an envelope", None, {}), (looks_like_one, None, {})]
+
+
+def test_a_record_that_is_not_ours_is_replaced(tmp_path: Path) -> None:
+    q = vsqs.Queue(tmp_path / "q")
+    record = tmp_path / "q" / (hashlib.sha256(b"k").hexdigest()[:32] + ".dedup")
+    record.write_bytes(b"torn")
+    first = q.send(b"x", dedup_id="k")
+    assert json.loads(record.read_bytes())["id"] == first
+    assert q.send(b"x", dedup_id="k") == first
+
+
 def format_2_queue(path: Path) -> None:
     """A queue as a format-2 client created it, with one message in it."""
     path.mkdir()
