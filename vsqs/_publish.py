@@ -107,7 +107,7 @@ def staged_by(store: Store, job: str) -> list[str]:
         for name in store.list()
         if name.endswith(names.NEW_SUFFIX)
         and (parsed := names.parse(name)) is not None
-        and parsed.id[-names.NONCE_LEN :].startswith(job)
+        and parsed.id[: names.ID_LEN][-names.NONCE_LEN :].startswith(job)
     ]
 
 
