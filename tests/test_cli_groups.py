@@ -15,6 +15,7 @@ import pytest
 import vsqs
 
 from .support.cli import DEADLINE, VSQS, json_lines, ok, run, said
+from .support.doc_sessions import AWS_ENV
 from .support.servers import Server
 
 
@@ -265,13 +266,7 @@ def test_create_stores_the_dedup_settings_and_checks_them_after(tmp_path: Path) 
 
 def test_groups_ids_and_attributes_over_s3(s3_server: Server) -> None:
     url = s3_server.url("cli-groups")
-    client = s3_server.storage_options["client_kwargs"]
-    env = {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_ENDPOINT_URL": client["endpoint_url"],
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }
+    env = AWS_ENV | {"AWS_ENDPOINT_URL": s3_server.storage_options["client_kwargs"]["endpoint_url"]}
     first = ok("send", url, "a1", "--group", "a", "--dedup-id", "x", "--attr", "k=v", env=env)
     assert ok("send", url, "again", "--group", "a", "--dedup-id", "x", env=env) == first
     ok("send", url, "a2", "--group", "a", env=env)
@@ -289,12 +284,22 @@ def test_groups_ids_and_attributes_over_s3(s3_server: Server) -> None:
 
 
 # ------------------------------------------------ dead letters and moves
-def test_a_dead_letter_keeps_its_group_and_attributes(tmp_path: Path) -> None:
+def dead_lettered(tmp_path: Path, *bodies: str) -> tuple[str, str]:
+    """A queue ``q`` (dead-lettering at the second receive into ``q-dlq``)
+    whose first message, of ``bodies`` sent in group ``g`` with attribute
+    ``k=v``, was dead-lettered; the two queues."""
     q, dlq = str(tmp_path / "q"), str(tmp_path / "q-dlq")
     said("create", q, "--max-receives", "1", "--dead-letter", "q-dlq")
-    ok("send", q, "poison", "next", "--group", "g", "--attr", "k=v")
-    assert ok("receive", q, "--visibility-timeout", "0") == "poison\n"
-    assert ok("receive", q) == "next\n", "the dead-lettered head unblocks its group"
+    ok("send", q, *bodies, "--group", "g", "--attr", "k=v")
+    assert ok("receive", q, "--visibility-timeout", "0") == f"{bodies[0]}\n"
+    assert ok("receive", q) == "".join(f"{b}\n" for b in bodies[1:2]), (
+        "the dead-lettered head unblocks its group"
+    )
+    return q, dlq
+
+
+def test_a_dead_letter_keeps_its_group_and_attributes(tmp_path: Path) -> None:
+    _, dlq = dead_lettered(tmp_path, "poison", "next")
     (dead,) = json_lines(ok("peek", dlq, "--json"))
     assert (dead["body"], dead["group"], dead["attributes"]) == ("poison", "g", {"k": "v"})
     assert dead["dead_lettered"]["receive_count"] == 1
@@ -306,11 +311,7 @@ def test_a_dead_letter_keeps_its_group_and_attributes(tmp_path: Path) -> None:
     "the tagged id, so a redriven message loses its group and attributes",
 )
 def test_a_redriven_message_keeps_its_group_and_attributes(tmp_path: Path) -> None:
-    q, dlq = str(tmp_path / "q"), str(tmp_path / "q-dlq")
-    said("create", q, "--max-receives", "1", "--dead-letter", "q-dlq")
-    ok("send", q, "poison", "--group", "g", "--attr", "k=v")
-    assert ok("receive", q, "--visibility-timeout", "0") == "poison\n"
-    assert ok("receive", q) == ""
+    q, dlq = dead_lettered(tmp_path, "poison")
     said("redrive", dlq, q)
     (back,) = json_lines(ok("peek", q, "--json"))
     assert (back["body"], back["group"], back["attributes"]) == ("poison", "g", {"k": "v"})
