@@ -10,6 +10,7 @@ directly, as the driver runs it, where that needs no JVM.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -228,7 +229,9 @@ def test_consume_releases_the_rows_behind_a_failed_one_of_its_group(
     q.close()
 
 
-def test_the_writer_refuses_a_metadata_column_of_another_type(tmp_path: Path) -> None:
+def test_the_writer_checks_its_columns_and_rows_against_the_queue(tmp_path: Path) -> None:
+    """Without a JVM: the driver's checks of the schema, and a task's of its
+    rows against the queue's settings (``content_dedup``, format 2)."""
     vsqs.Queue(tmp_path / "q").close()
     options = Options.parse({"path": str(tmp_path / "q")}, WRITE)
     fields = [StructField("body", StringType()), StructField("Dedup_Id", IntegerType())]
@@ -237,3 +240,21 @@ def test_the_writer_refuses_a_metadata_column_of_another_type(tmp_path: Path) ->
     loose = MapType(StringType(), StringType(), valueContainsNull=True)
     fields = [StructField("body", StringType()), StructField("attributes", loose)]
     assert QueueWriter(options, StructType(fields)).meta == {"attributes": "attributes"}
+
+    vsqs.Queue(tmp_path / "by-content", content_dedup=True).close()
+    job = writer(tmp_path / "by-content")
+    job.commit([job.write(iter([Row(body="same"), Row(body="other"), Row(body="same")]))])
+    with vsqs.Queue(tmp_path / "by-content") as q:
+        assert [bytes(m.body) for m in q.peek(10)] == [b"same", b"other"]
+
+    old = tmp_path / "format-2"
+    vsqs.Queue(old).close()
+    config = json.loads((old / names.CONFIG_NAME).read_text())
+    (old / names.CONFIG_NAME).write_text(json.dumps(config | {"format": 2}))
+    job = writer(old, "group")
+    with pytest.raises(vsqs.QueueConfigError, match="this queue has format 2"):
+        job.write(iter([Row(body="grouped", group="g")]))
+    assert listing(old) == [names.CONFIG_NAME]
+    job.commit([job.write(iter([Row(body="plain", group=None)]))])
+    with vsqs.Queue(old) as q:
+        assert [bytes(m.body) for m in q.peek(10)] == [b"plain"]
