@@ -237,6 +237,8 @@ def test_the_writer_checks_its_columns_and_rows_against_the_queue(tmp_path: Path
     fields = [StructField("body", StringType()), StructField("Dedup_Id", IntegerType())]
     with pytest.raises(vsqs.InvalidArgument, match=r"column 'Dedup_Id' .* must be string, not int"):
         QueueWriter(options, StructType(fields))
+    with pytest.raises(vsqs.InvalidArgument, match=r"column 'body' .* binary or string, not int"):
+        QueueWriter(options, StructType([StructField("body", IntegerType())]))
     loose = MapType(StringType(), StringType(), valueContainsNull=True)
     fields = [StructField("body", StringType()), StructField("attributes", loose)]
     assert QueueWriter(options, StructType(fields)).meta == {"attributes": "attributes"}

@@ -111,13 +111,13 @@ class QueueWriter(DataSourceWriter):
     """Appends rows to a queue; see the module docstring for what is atomic."""
 
     def __init__(self, options: Options, schema: StructType) -> None:
-        body = next((f for f in schema.fields if f.name.lower() == "body"), None)
-        if body is None or not isinstance(body.dataType, BinaryType | StringType):
+        body = _column(schema, "body", (BinaryType(), StringType()))
+        if body is None:
             raise InvalidArgument(
                 "writing to a vsqs queue needs a 'body' column of binary or string type"
             )
         self.options = options
-        self.column = body.name
+        self.column = body
         #: The schema's spelling of each metadata column it has.
         self.meta = {
             name: spelled
