@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
+from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -168,28 +170,29 @@ def test_processes_sending_one_dedup_id_at_once_create_one_message(tmp_path: Pat
     assert sorted(messages) == sorted(i for got in ids.values() for i in got)
 
 
+@pytest.fixture
+def fed(tmp_path: Path, clock: FakeClock) -> Iterator[list[vsqs.Queue]]:
+    """Three clients of one directory, each with its own inotify feed."""
+    with ExitStack() as stack:
+        path = tmp_path / "jobs"
+        yield [stack.enter_context(vsqs.Queue(path, clock=clock)) for _ in range(3)]
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="engine bug: an inotify feed reports that a ready name left, not that it "
     "is in flight now: the receiver does not know the group is held (_groups.Groups "
     "learns held names only from listings), and claims the group's next message",
 )
-def test_a_fed_receiver_does_not_take_a_held_groups_next_message(
-    tmp_path: Path, clock: FakeClock
-) -> None:
-    path = tmp_path / "jobs"
-    with (
-        vsqs.Queue(path, clock=clock) as q,
-        vsqs.Queue(path, clock=clock) as one,
-        vsqs.Queue(path, clock=clock) as two,
-    ):
-        q.send(b"plain")
-        plain = one.receive()  # lists the queue; from now on its feed tells it of arrivals
-        assert plain is not None and plain.body == b"plain"
-        a1, _a2 = q.send_batch([b"a1", b"a2"], group="a")
-        head = two.receive()
-        assert head is not None and head.id == a1
-        assert one.receive() is None  # its feed saw a1 leave: "a" is held
+def test_a_fed_receiver_does_not_take_a_held_groups_next_message(fed: list[vsqs.Queue]) -> None:
+    q, one, two = fed
+    q.send(b"plain")
+    plain = one.receive()  # lists the queue; from now on its feed tells it of arrivals
+    assert plain is not None and plain.body == b"plain"
+    a1, _a2 = q.send_batch([b"a1", b"a2"], group="a")
+    head = two.receive()
+    assert head is not None and head.id == a1
+    assert one.receive() is None  # its feed saw a1 leave: "a" is held
 
 
 @pytest.mark.xfail(
@@ -200,20 +203,15 @@ def test_a_fed_receiver_does_not_take_a_held_groups_next_message(
     "message, available, is not received",
 )
 def test_a_receiver_that_lost_a_claim_takes_the_groups_next_message(
-    tmp_path: Path, clock: FakeClock
+    fed: list[vsqs.Queue],
 ) -> None:
-    path = tmp_path / "jobs"
-    with (
-        vsqs.Queue(path, clock=clock) as q,
-        vsqs.Queue(path, clock=clock) as two,
-        vsqs.Queue(path, clock=clock) as three,
-    ):
-        a = q.send_batch([b"a1", b"a2", b"a3"], group="a")
-        b1 = q.send(b"b1", group="b")
-        first = two.receive(group="b")  # lists the queue: a1 is its next candidate
-        assert first is not None and first.id == b1
-        head = three.receive()
-        assert head is not None and head.id == a[0]
-        head.delete()  # a2 is the head of "a" now, and nobody holds "a"
-        nxt = two.receive()  # loses its claim of a1
-        assert nxt is not None and nxt.id == a[1]
+    q, two, three = fed
+    a = q.send_batch([b"a1", b"a2", b"a3"], group="a")
+    b1 = q.send(b"b1", group="b")
+    first = two.receive(group="b")  # lists the queue: a1 is its next candidate
+    assert first is not None and first.id == b1
+    head = three.receive()
+    assert head is not None and head.id == a[0]
+    head.delete()  # a2 is the head of "a" now, and nobody holds "a"
+    nxt = two.receive()  # loses its claim of a1
+    assert nxt is not None and nxt.id == a[1]
