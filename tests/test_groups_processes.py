@@ -12,6 +12,8 @@ a real breach of "one message of a group in flight", never a timing artefact.
 from __future__ import annotations
 
 import json
+import os
+import signal
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -168,6 +170,26 @@ def test_processes_sending_one_dedup_id_at_once_create_one_message(tmp_path: Pat
     with vsqs.Queue(path) as q:
         messages = [m.id for m in q.receive_batch(100)]
     assert sorted(messages) == sorted(i for got in ids.values() for i in got)
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(120)
+def test_a_consumer_killed_while_holding_a_group_releases_it_with_its_timeout(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "jobs"
+    with vsqs.Queue(path) as q:
+        a = q.send_batch([b"a1", b"a2"], group="a")
+        holding, release = ctx.Event(), ctx.Event()
+        child = ctx.Process(
+            target=group_workers.hold_and_hang, args=(str(path), 1.0, holding, release)
+        )
+        with running(child):
+            assert holding.wait(group_workers.STALL_DEADLINE), "the child received nothing"
+            os.kill(child.pid, signal.SIGKILL)
+            child.join(10)
+        got = q.receive_batch(10, wait=group_workers.STALL_DEADLINE)  # once its hold runs out
+        assert [(m.id, m.receive_count) for m in got] == [(a[0], 2), (a[1], 1)]
 
 
 @pytest.fixture

@@ -104,3 +104,13 @@ def send_once(path: str, log_path: str, barrier: Any, rounds: int, index: int) -
             barrier.wait(timeout=STALL_DEADLINE)
             message_id = q.send(f"round {r} from {index}", dedup_id=f"event-{r}", group="g")
             log.write(json.dumps({"round": r, "id": message_id}) + "\n")
+
+
+def hold_and_hang(path: str, vt: float, holding: Any, release: Any) -> None:
+    """Receive one message for ``vt`` seconds, say so through ``holding``,
+    then wait for ``release``, which never comes: the test kills it."""
+    with vsqs.Queue(path) as q:
+        msg = q.receive(visibility_timeout=vt)
+        assert msg is not None
+        holding.set()
+        release.wait()
