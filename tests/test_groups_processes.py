@@ -237,3 +237,22 @@ def test_a_receiver_that_lost_a_claim_takes_the_groups_next_message(
     head.delete()  # a2 is the head of "a" now, and nobody holds "a"
     nxt = two.receive()  # loses its claim of a1
     assert nxt is not None and nxt.id == a[1]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="engine bug: with an inotify feed, a client that dead-letters a group's head "
+    "keeps its claim name in its view's held names (_groups.Groups) until that name's "
+    "expiry: it receives nothing more of the group meanwhile",
+)
+def test_a_fed_receiver_that_dead_lettered_a_head_takes_the_groups_next_message(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    with vsqs.Queue(tmp_path / "jobs", clock=clock, max_receives=1, dead_letter="dlq") as q:
+        q.send(b"a1", group="g")
+        assert q.receive(visibility_timeout=1) is not None
+        clock.advance(1)
+        assert q.receive() is None  # a1 is dead-lettered: "g" is free
+        a2 = q.send(b"a2", group="g")
+        nxt = q.receive()
+        assert nxt is not None and nxt.id == a2
