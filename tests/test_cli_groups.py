@@ -305,11 +305,6 @@ def test_a_dead_letter_keeps_its_group_and_attributes(tmp_path: Path) -> None:
     assert dead["dead_lettered"]["receive_count"] == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: vsqs/_redrive.py move_back writes message.body (unsealed) under "
-    "the tagged id, so a redriven message loses its group and attributes",
-)
 def test_a_redriven_message_keeps_its_group_and_attributes(tmp_path: Path) -> None:
     q, dlq = dead_lettered(tmp_path, "poison")
     said("redrive", dlq, q)
@@ -317,11 +312,6 @@ def test_a_redriven_message_keeps_its_group_and_attributes(tmp_path: Path) -> No
     assert (back["body"], back["group"], back["attributes"]) == ("poison", "g", {"k": "v"})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: vsqs/_move.py move_between sends [message.body ...] to the "
-    "destination, so vsqs move drops every message's group and attributes",
-)
 def test_vsqs_move_keeps_groups_and_attributes(tmp_path: Path) -> None:
     src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
     ok("send", src, "a", "b", "--group", "g", "--attr", "k=v")

@@ -114,15 +114,16 @@ def read_events(logs: list[Path]) -> list[dict[str, Any]]:
     [
         pytest.param(False, 0.0, id="no-feed-acks"),
         pytest.param(False, 0.1, id="no-feed-releases"),
+        pytest.param(True, 0.0, id="feed-acks"),
+        pytest.param(True, 0.1, id="feed-releases"),
     ],
 )
 def test_racing_consumers_keep_every_group_in_order_and_exclusive(
     tmp_path: Path, feed: bool, p_release: float
 ) -> None:
-    """Consumers that list (no inotify feed); with a feed, receivers claim a
-    held group's next message (engine bug, shown without a race by
-    test_a_fed_receiver_does_not_take_a_held_groups_next_message): add a
-    ``feed`` case here once that is fixed."""
+    """Consumers that list (no inotify feed), and consumers whose view follows
+    the feed (it blocks a group whose message another client took until its
+    next listing: test_a_fed_receiver_does_not_take_a_held_groups_next_message)."""
     path = tmp_path / "jobs"
     send_interleaved(path)
     total = GROUPS * PER_GROUP
@@ -202,12 +203,6 @@ def fed(tmp_path: Path, clock: FakeClock) -> Iterator[list[vsqs.Queue]]:
         yield [stack.enter_context(vsqs.Queue(path, clock=clock)) for _ in range(3)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: an inotify feed reports that a ready name left, not that it "
-    "is in flight now: the receiver does not know the group is held (_groups.Groups "
-    "learns held names only from listings), and claims the group's next message",
-)
 def test_a_fed_receiver_does_not_take_a_held_groups_next_message(fed: list[vsqs.Queue]) -> None:
     q, one, two = fed
     q.send(b"plain")
@@ -219,13 +214,6 @@ def test_a_fed_receiver_does_not_take_a_held_groups_next_message(fed: list[vsqs.
     assert one.receive() is None  # its feed saw a1 leave: "a" is held
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: with an inotify feed, a claim lost to another client closes "
-    "the group in this view until its next listing (_claims._rename -> close_group), "
-    "and the feed does not report the deleted in-flight name: the group's next "
-    "message, available, is not received",
-)
 def test_a_receiver_that_lost_a_claim_takes_the_groups_next_message(
     fed: list[vsqs.Queue],
 ) -> None:
@@ -241,12 +229,6 @@ def test_a_receiver_that_lost_a_claim_takes_the_groups_next_message(
     assert nxt is not None and nxt.id == a[1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: with an inotify feed, a client that dead-letters a group's head "
-    "keeps its claim name in its view's held names (_groups.Groups) until that name's "
-    "expiry: it receives nothing more of the group meanwhile",
-)
 def test_a_fed_receiver_that_dead_lettered_a_head_takes_the_groups_next_message(
     tmp_path: Path, clock: FakeClock
 ) -> None:

@@ -177,12 +177,6 @@ def test_a_retried_task_or_a_job_run_again_publishes_each_dedup_id_once(tmp_path
     assert not [n for n in listing(queue) if n.endswith(names.NEW_SUFFIX)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: vsqs._publish.staged_by matches the job's nonce on the id's "
-    "last 16 characters, which for a tagged id are its tag, so a lost task's "
-    "staging of grouped or attributed rows is left for gc",
-)
 def test_a_lost_tasks_staging_of_grouped_rows_is_removed_by_the_commit(tmp_path: Path) -> None:
     queue = tmp_path / "q"
     vsqs.Queue(queue).close()

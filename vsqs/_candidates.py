@@ -192,6 +192,12 @@ class Candidates:
                 i = bisect.bisect_left(self.names, name, lo=self.pos)
                 if self.skipped or (i < len(self.names) and self.names[i] == name):
                     self.gone.add(name)
+                # Another client took (or removed) a message of a group: the
+                # feed does not follow its held name, so the group stays
+                # closed here until the next listing shows it.
+                token = token_of(name)
+                if token is not None:
+                    self.groups.block(token)
             elif names.is_id(name):
                 self.gone.discard(name)
                 i = bisect.bisect_left(self.names, name, lo=self.pos)
@@ -336,6 +342,8 @@ class Candidates:
         ``now``: the receiver's monotonic time, as ``listed_at`` was taken.
         """
         exhausted = self.pos >= len(self.names)
+        if exhausted and self.groups.parked and self.fed:
+            return True  # a group closed on old news may be open again: look
         oldest_young = self.oldest_young
         if oldest_young is not None and (exhausted or oldest_young < self.names[self.pos]):
             return True  # a second look makes fresh names candidates, in FIFO order

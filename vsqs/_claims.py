@@ -270,17 +270,19 @@ class Claims(View):
                 unread.append(plan)
                 failure = failure or error
                 continue
-            later.append((plan.held, plan.expiry_ms))
             if isinstance(error, TooLarge):
+                later.append((plan.held, plan.expiry_ms))
                 self._pass_over(plan, error)
                 continue
             body = outcome.result()
             try:
                 if self._exhausted(plan, body, max_receives, exhausted):
-                    continue
+                    continue  # moved to the dead-letter queue: gone from here
             except (OSError, VsqsError) as exc:
+                later.append((plan.held, plan.expiry_ms))
                 failure = failure or exc
                 continue
+            later.append((plan.held, plan.expiry_ms))
             origin = origins.get(plan.id, ())
             out.append(Claim(plan.id, plan.held, plan.receive_count, plan.expiry_ms, body, origin))
         if unread:

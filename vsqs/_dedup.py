@@ -94,6 +94,16 @@ class Record(NamedTuple):
         return cls(message_id, at_ms, delay_ms, data[end + 1 :])
 
 
+class Claim(NamedTuple):
+    """What :meth:`Deduplicator.claim` found: the id of the message of the
+    deduplication id, when the claim began, and, if this claim recorded it,
+    the name of its sent mark (``None`` for a duplicate)."""
+
+    id: str
+    at_ms: int
+    sent_mark: str | None
+
+
 def slot_names(token: str, slot: int) -> tuple[str, str]:
     """The record's and the sent mark's names of one slot."""
     return f"{token}.{slot}{RECORD_SUFFIX}", f"{token}.{slot}{SENT_SUFFIX}"
@@ -131,27 +141,47 @@ class Deduplicator:
     ) -> str:
         """Send ``data`` as ``message_id`` (by ``publish``) unless ``dedup_id``
         was sent within the window; return the id of the message of ``dedup_id``."""
+        claim = self.claim(dedup_id, message_id, data, delay_ms, publish)
+        # Too slow to publish safely (not in time): a duplicate or gc() will.
+        if claim.sent_mark is not None and self.in_time(claim):
+            publish(message_id, data, delay_ms)
+            self.sent(claim)
+        return claim.id
+
+    def claim(
+        self, dedup_id: str, message_id: str, data: bytes, delay_ms: int, publish: Publish
+    ) -> Claim:
+        """Record ``message_id`` (``data``) as the message of ``dedup_id``, or find
+        the id recorded within the window. The claim's ``sent_mark`` is set when
+        this call recorded it: publish it (while :meth:`in_time`), then
+        :meth:`sent`. ``publish``: for a record whose sender died."""
         token, window_ms = dedup_token(dedup_id), self._window_ms()
         for _ in range(ATTEMPTS):
             now = self._clock.now_ms()
             slot = now // window_ms
             earlier = self._read(slot_names(token, slot - 1)[0])
             if earlier is not None and now < earlier.at_ms + window_ms:
-                return self._duplicate(earlier, token, slot - 1, publish)
+                return Claim(self._duplicate(earlier, token, slot - 1, publish), now, None)
             record_name, sent_name = slot_names(token, slot)
             record = Record(message_id, now, delay_ms, data)
             if self._create(record_name, record.encode()):
-                if self._clock.now_ms() - now <= FENCE_MS // 2:
-                    publish(message_id, data, delay_ms)
-                    self._create(sent_name, b"")
-                # else: too slow to publish safely; a duplicate or gc() will.
-                return message_id
+                return Claim(message_id, now, sent_name)
             found = self._read(record_name)
             if found is not None:
-                return self._duplicate(found, token, slot, publish)
+                return Claim(self._duplicate(found, token, slot, publish), now, None)
         raise StorageError(
             f"could not record deduplication id {dedup_id!r:.80} in {self._store.url}"
         )
+
+    def in_time(self, claim: Claim) -> bool:
+        """Whether the message of a claim may still be published by its
+        claimer: within half of :data:`FENCE_MS` of its record."""
+        return self._clock.now_ms() - claim.at_ms <= FENCE_MS // 2
+
+    def sent(self, claim: Claim) -> None:
+        """Mark a claim's message published (no one rolls it forward then)."""
+        if claim.sent_mark is not None:
+            self._create(claim.sent_mark, b"")
 
     def _duplicate(self, record: Record, token: str, slot: int, publish: Publish) -> str:
         """A send of a recorded id: the first message's id. If that message's

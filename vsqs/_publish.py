@@ -87,6 +87,18 @@ def publish(
     return True
 
 
+def publish_as(
+    store: Store, durable: bool, message_id: str, data: bytes, visible_at: int | None
+) -> bool:
+    """Publish under ``message_id`` itself (a deduplication record's id),
+    visible at ``visible_at`` (ms; ``None``: at once); whether this published
+    it. A name of it already there, or burned, is no error: at least once."""
+    final = names.published_name(message_id, visible_at)
+    with suppress(FileExistsError):
+        return publish(store, durable, message_id, data, final, replace_new=False)
+    return False
+
+
 def stage(store: Store, data: bytes, next_id: Callable[[], str]) -> str:
     """Write ``data`` as ``<id>.new`` (invisible, not durable yet) under a fresh
     id, drawing another on a collision; return the id."""
@@ -291,13 +303,10 @@ class Publisher:
         raise StorageError(f"could not publish a message under {SEND_ATTEMPTS} fresh ids")
 
     def publish_as(self, message_id: str, data: bytes, delay_ms: int) -> None:
-        """Publish under ``message_id`` itself (a deduplication record's id);
-        a name of it already there, or burned, is no error: at least once."""
+        """See :func:`publish_as`; this client's receives see it at once."""
         visible_at = self._clock.expiry_ms(delay_ms) if delay_ms else None
-        final = names.published_name(message_id, visible_at)
-        with suppress(FileExistsError):
-            if publish(self._store, self._durable, message_id, data, final, replace_new=False):
-                self._published(final, visible_at)
+        if publish_as(self._store, self._durable, message_id, data, visible_at):
+            self._published(names.published_name(message_id, visible_at), visible_at)
 
     def send_batch(self, items: list[Prepared], delay_ms: int) -> list[str]:
         """Stage every message, make them durable with one sync, then publish

@@ -37,12 +37,12 @@ from pyspark.sql.types import BinaryType, DataType, MapType, StringType, StructT
 
 from .. import _names as names
 from .._config import QueueConfig
-from .._dedup import Deduplicator
+from .._dedup import Claim, Deduplicator
 from .._errors import InvalidArgument, InvalidBody
 from .._fanout import fan_out
 from .._inspect import collect_stale_new
 from .._outgoing import Outgoing, prepare
-from .._publish import commit, stage, staged_by, unstage
+from .._publish import commit, publish_as, stage, staged_by, unstage
 from .._queue import Queue
 from ..stores._base import Store
 from ._options import Options
@@ -172,38 +172,52 @@ class QueueWriter(DataSourceWriter):
         ids = sorted(i for m in reported for i in m.ids)
         dedup_ids = {i: d for m in reported for i, d in m.dedup_ids.items()}
         try:
+            dedup = Deduplicator(store, clock, self.options.durable, lambda: self.config)
+            claims: list[Claim] = []
             if dedup_ids:
-                ids = self._deduplicate(store, clock, ids, dedup_ids)
+                ids, claims = self._deduplicate(store, dedup, ids, dedup_ids, delay_ms)
             # Renames side by side where a rename is several requests.
             commit(store, ids, visible_at, durable=self.options.durable, clock=clock)
+            for claim in claims:
+                dedup.sent(claim)
             self._remove_leftovers(store)
         finally:
             store.close()
 
     def _deduplicate(
-        self, store: Store, clock: names.MsClock, ids: list[str], dedup_ids: dict[str, str]
-    ) -> list[str]:
-        """The staged ``ids`` (in order) to publish: those without a
-        deduplication id, and the first of each id that no message was sent
-        with within the queue's window (each recorded now, side by side where
-        a create is a round trip). The others are unstaged."""
+        self,
+        store: Store,
+        dedup: Deduplicator,
+        ids: list[str],
+        dedup_ids: dict[str, str],
+        delay_ms: int,
+    ) -> tuple[list[str], list[Claim]]:
+        """The staged ``ids`` (in order) to publish, and the claims of their
+        records: those without a deduplication id, and the first of each id
+        that no message was sent with within the queue's window (each
+        recorded now, with its staged bytes, side by side where a create is a
+        round trip) while it may still be published (:meth:`Deduplicator.in_time`;
+        else its record publishes it later). The others are unstaged."""
         firsts: dict[str, str] = {}  # deduplication id: the first staged id that has it
         for i in ids:
             if i in dedup_ids:
                 firsts.setdefault(dedup_ids[i], i)
-        dedup = Deduplicator(store, clock, self.options.durable)
-        window_ms = int(self.config.dedup_window * 1000)
-        recorded = fan_out(
-            lambda item: dedup.first(*item, window_ms), list(firsts.items()), store.batch_width
-        )
-        new = {
-            i
-            for (_, i), outcome in zip(firsts.items(), recorded, strict=True)
-            if outcome.result() is None
-        }
+        durable, clock = self.options.durable, store.ms_clock(time.time)
+
+        def publish(message_id: str, data: bytes, delay: int) -> None:
+            """A record whose sender died is published from it (a roll forward)."""
+            publish_as(store, durable, message_id, data, clock.expiry_ms(delay) if delay else None)
+
+        def record(item: tuple[str, str]) -> Claim:
+            data = store.read(names.new_name(item[1]))
+            return dedup.claim(*item, data, delay_ms, publish)
+
+        recorded = fan_out(record, list(firsts.items()), store.batch_width)
+        claims = [outcome.result() for outcome in recorded]
+        new = {c.id for c in claims if c.sent_mark is not None and dedup.in_time(c)}
         keep = [i for i in ids if i not in dedup_ids or i in new]
         unstage(store, sorted(set(ids).difference(keep)))
-        return keep
+        return keep, [c for c in claims if c.id in new]
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         store = open_existing(self.options)
