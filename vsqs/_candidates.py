@@ -342,8 +342,8 @@ class Candidates:
         ``now``: the receiver's monotonic time, as ``listed_at`` was taken.
         """
         exhausted = self.pos >= len(self.names)
-        if exhausted and self.groups.parked and self.fed:
-            return True  # a group closed on old news may be open again: look
+        if exhausted and self.fed and self.groups.waiting_on_news():
+            return True  # a group closed on the feed's news may be open again: look
         oldest_young = self.oldest_young
         if oldest_young is not None and (exhausted or oldest_young < self.names[self.pos]):
             return True  # a second look makes fresh names candidates, in FIFO order

@@ -76,6 +76,13 @@ class Groups:
         claim nothing of it until the next listing shows it again."""
         self.blocked.add(token)
 
+    def waiting_on_news(self) -> bool:
+        """Whether a group this view closed on news (another client took its
+        head: a lost race, or the feed) keeps candidates parked: a listing
+        tells whether it is open again. Groups held per the listing itself
+        need none."""
+        return any(token in self.parked for token in self.blocked)
+
     def park(self, token: str, name: str) -> None:
         self.parked.setdefault(token, []).append(name)
 
