@@ -294,7 +294,7 @@ def test_sends_of_one_id_racing_from_many_clients_make_one_message(open_queue: O
     assert [m.id for m in clients[0].receive_batch(10)] == list(returned)
 
 
-def test_purge_and_gc_leave_the_records_so_ids_stay_deduplicated(open_queue: Opener) -> None:
+def test_purge_and_gc_within_the_window_leave_the_records(open_queue: Opener) -> None:
     q = open_queue()
     first = q.send(b"x", dedup_id="k")
     assert q.purge() == 1
