@@ -240,3 +240,34 @@ def test_a_fed_receiver_that_dead_lettered_a_head_takes_the_groups_next_message(
         a2 = q.send(b"a2", group="g")
         nxt = q.receive()
         assert nxt is not None and nxt.id == a2
+
+
+class CountingStore(vsqs.LocalStore):
+    """A directory that counts its listings."""
+
+    listings = 0
+
+    def list(self, *, prefix: str = "", settle: bool = False) -> Iterator[str]:
+        self.listings += 1
+        return super().list(prefix=prefix, settle=settle)
+
+
+def test_a_fed_receiver_goes_through_its_own_group_without_listing(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """Its own claims leave the feed too: they do not close its group (else
+    every message of a group would wait for a listing)."""
+    store = CountingStore(str(tmp_path / "jobs"))
+    with vsqs.Queue(store, clock=clock) as q:
+        q.send(b"plain")
+        assert q.receive() is not None  # lists; the feed tells of later arrivals
+        sent = q.send_batch([b"a1", b"a2", b"a3"], group="a")
+        listed = store.listings
+        got = []
+        for _ in sent:
+            m = q.receive()
+            assert m is not None
+            assert q.receive() is None  # reads the feed: its own claim left
+            got.append(m.id)
+            m.delete()
+        assert got == sent and store.listings == listed

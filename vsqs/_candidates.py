@@ -197,7 +197,7 @@ class Candidates:
                 # closed here until the next listing shows it.
                 token = token_of(name)
                 if token is not None:
-                    self.groups.block(token)
+                    self.groups.left(name, token)
             elif names.is_id(name):
                 self.gone.discard(name)
                 i = bisect.bisect_left(self.names, name, lo=self.pos)

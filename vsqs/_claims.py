@@ -128,6 +128,8 @@ class Claims(View):
             token = names.group_of(plan.id)
             if token is not None:
                 groups.hold(plan.held)
+                if self._candidates.fed:
+                    groups.taken.add(plan.candidate)  # the feed will report it left
                 mine.add(token)
                 held.append(plan.held)
         for name in deferred:

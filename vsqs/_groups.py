@@ -33,7 +33,7 @@ def holds(name: str) -> bool:
 class Groups:
     """One receiver's view of the groups (the caller holds its view's lock)."""
 
-    __slots__ = ("blocked", "held", "parked")
+    __slots__ = ("blocked", "held", "parked", "taken")
 
     def __init__(self) -> None:
         #: token -> the in-flight names of the group this view knows of
@@ -42,10 +42,13 @@ class Groups:
         self.blocked: set[str] = set()
         #: token -> candidate names taken while the group was closed, ascending
         self.parked: dict[str, list[str]] = {}
+        #: ready names of groups this client claimed, whose departure the
+        #: arrival feed reports as any other's
+        self.taken: set[str] = set()
 
     def refresh(self, pending: dict[str, int]) -> None:
         """Start again from a listing's invisible names."""
-        self.held, self.blocked, self.parked = {}, set(), {}
+        self.held, self.blocked, self.parked, self.taken = {}, set(), {}, set()
         for name in pending:
             self.hold(name)
 
@@ -70,6 +73,15 @@ class Groups:
 
     def is_open(self, token: str) -> bool:
         return token not in self.held and token not in self.blocked
+
+    def left(self, name: str, token: str) -> None:
+        """The feed reports that a ready name of group ``token`` left: another
+        client took it (the feed does not follow its held name), so the group
+        closes until the next listing; unless this client took it."""
+        if name in self.taken:
+            self.taken.discard(name)
+        else:
+            self.block(token)
 
     def block(self, token: str) -> None:
         """Another client took the group's head (or this view passed over it):
