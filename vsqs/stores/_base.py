@@ -297,7 +297,7 @@ class Store(ABC):
         return bool(self.change_token() != token)
 
     def changes(self, name_length: int) -> Changes | None:
-        """``(name, appeared)`` for every name of at most ``name_length`` characters that
+        """``(name, appeared)`` for every name without a dot of at most ``name_length`` characters that
         appeared in (created, renamed into) or was renamed away from the
         namespace since the previous call, in the order it happened.
         Deletions need not be reported.

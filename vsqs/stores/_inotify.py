@@ -80,8 +80,9 @@ class DirectoryFeed:
 
         One caller at a time (the queue calls it under its lock).
 
-        Only names of at most ``name_length`` characters are reported; the
-        others are skipped without decoding them.
+        Only names of at most ``name_length`` characters without a dot (the
+        grammar's ready names) are reported; the others are skipped without
+        decoding them.
         """
         out: list[tuple[str, bool]] = []
         if not self._poll.poll(0):  # cheaper than a read that fails with EAGAIN
@@ -103,7 +104,7 @@ class DirectoryFeed:
                 elif length <= padded and not mask & _IN_ISDIR:
                     size = buf.find(0, start, pos)
                     size = (pos if size < 0 else size) - start
-                    if 0 < size <= name_length:
+                    if 0 < size <= name_length and buf.find(b".", start, start + size) < 0:
                         name = buf[start : start + size].decode("utf-8", "replace")
                         out.append((name, bool(mask & _APPEARED)))
             if end < _READ_SIZE // 2:
