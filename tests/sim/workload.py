@@ -168,13 +168,14 @@ def producer(setup: Setup, name: str, rng: random.Random, ops: int, skew: float)
                     g: str | None = group,
                     own: dict[bytes, str | None] = own,
                 ) -> None:
-                    e.queue, e.bodies, e.groups = "src", bs, [own.get(b, g) for b in bs]
-                    if len(set(e.groups)) > 1:
-                        items = [
-                            vsqs.Outgoing(b, group=m) for b, m in zip(bs, e.groups, strict=True)
-                        ]
+                    e.queue, e.bodies = "src", bs
+                    mixed = [own.get(b, g) for b in bs]
+                    if len(set(mixed)) > 1:  # else the batch's group, for every message
+                        e.groups = mixed
+                        items = [vsqs.Outgoing(b, group=m) for b, m in zip(bs, mixed, strict=True)]
                         e.ids = q.send_batch(items)
                         return
+                    e.groups = [g] * len(bs)
                     e.ids = q.send_batch(bs, group=g)
 
                 if setup.twin_batches and rng.random() < setup.twin_batches:
