@@ -25,8 +25,10 @@ What it checks, each on the bucket's clock with the oracle's ``tolerance``:
   is sent again under a fresh id after the rest of its chunk), or sent with
   a deduplication id (its id may be another send's, older).
 * **targeted receives**: a receive of one group (``group=``) returns only
-  messages of that group; **groups kept**: a message is received in the
-  group it was sent in, in every queue (moves keep it).
+  messages of that group; **groups and attributes kept**: a message is
+  received in the group it was sent in, with the attributes it was sent
+  with (single sends have them where the plan has groups), in every queue
+  (moves keep them).
 * **one message per deduplication id in its window**: in the window that
   the id's first record opens (from the time it names, ``dedup_window``
   long), every send of the id that returned returns one id, and
@@ -153,21 +155,30 @@ def judge(
     ``window``: the source queue's ``dedup_window``; ``faulted``: the
     faults vsqs saw, by actor (``Scheduler.faulted``)."""
     sent: dict[str, str | None] = {}  # an id's group, as its first send gave it
+    attributes: dict[str, dict[str, str]] = {}  # and its attributes, where logged
     for e in sorted(events, key=lambda e: e.start):
         if e.op in ("send", "send_batch") and e.ok:
             for message_id, group in zip(e.ids, e.groups, strict=True):
                 sent.setdefault(message_id, group)
+            for message_id, attrs in zip(e.ids, e.attributes, strict=False):
+                attributes.setdefault(message_id, attrs)
     for e in events:
         if e.op != "receive" or not e.ok:
             continue
-        for message_id, group in zip(e.ids, e.groups, strict=True):
+        for message_id, group, attrs in zip(e.ids, e.groups, e.attributes, strict=True):
             if e.group is not None and names.group_of(message_id) != group_token(e.group):
                 add(f"targeted receive: {e.actor}'s receive of group {e.group} got {message_id}")
-            was = sent.get(aliases.get(message_id, message_id), group)
+            original = aliases.get(message_id, message_id)
+            was = sent.get(original, group)
             if group != was:
                 add(
                     f"group changed: {message_id}, sent in group {was}, was received in "
                     f"{e.queue} by {e.actor} at {e.end:.3f} in group {group}"
+                )
+            if attrs != attributes.get(original, attrs):
+                add(
+                    f"attributes changed: {message_id}, sent with {attributes[original]}, was "
+                    f"received in {e.queue} by {e.actor} at {e.end:.3f} with {attrs}"
                 )
     _check_order(events, drained, moved, faulted, add)
     _check_dedup(events, created, records, window, tolerance, aliases, add)

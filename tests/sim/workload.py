@@ -77,6 +77,8 @@ class Event:
     #: sent or as received; a send's deduplication id and delay.
     group: str | None = None
     groups: list[str | None] = field(default_factory=list)
+    #: Each message's attributes, as sent (single sends only) or as received.
+    attributes: list[dict[str, str]] = field(default_factory=list)
     dedup: str | None = None
     delay: float = 0.0
 
@@ -153,7 +155,10 @@ def producer(setup: Setup, name: str, rng: random.Random, ops: int, skew: float)
 
                 def send(e: Event, b: bytes = body, g: str | None = group) -> None:
                     e.queue, e.bodies, e.groups = "src", [b], [g]
-                    e.ids = [q.send(b, group=g)]
+                    # With groups in the plan, a single send has attributes
+                    # (an envelope, tagged ``_a`` without a group).
+                    e.attributes = [{"sent-as": b.decode()} if setup.groups else {}]
+                    e.ids = [q.send(b, group=g, attributes=e.attributes[0] or None)]
 
                 log(setup.scheduler, name, "send", send)
             elif kind < 0.85:
@@ -314,6 +319,7 @@ def _received(
     e.receipts = [m.receipt for m in got if m.receipt]
     e.counts = [m.receive_count for m in got]
     e.groups = [m.group for m in got]
+    e.attributes = [m.attributes for m in got]
     return got
 
 
