@@ -227,9 +227,9 @@ def test_regression_schedules(plan: Plan) -> None:
 #: seed of a plan that shows each, and the oracle's words for it (a pattern
 #: that a violation matches from its start). Each test fails until its bug
 #: is fixed (then strict xfail reports its pass: move the seed to
-#: ``REGRESSIONS``). Replay one with
+#: ``REGRESSIONS``). Replay one with ``run(FEATURE_PLANS[plan](seed))``, or
 #: ``python -m tests.sim SEED --groups 0.6`` (``--dedups 0.4 --dedup-window 30``
-#: for ``dedup-ids``; add ``--trace`` for the schedule).
+#: for ``dedup-ids``; ``--trace`` prints the schedule).
 ENGINE_BUGS: dict[str, tuple[str, int, str]] = {
     # ObjectListing._settle hides a marked source and its marker's target
     # while a claim is under way (source, .moved and target all listed):
