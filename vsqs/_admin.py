@@ -17,10 +17,11 @@ from . import _inspect as inspect
 from . import _names as names
 from ._config import QueueConfig
 from ._dead_letter import collect_origins, remove_records
+from ._dedup import Deduplicator
 from ._envelope import read_limit
 from ._errors import QueueNotFound, UnsupportedStore, storage_errors
 from ._message import Message, Owner, Progress, QueueStats, read_origin
-from ._publish import publish
+from ._publish import PublishAs, publish
 from .stores._base import Store, TooLarge
 
 log = logging.getLogger("vsqs")
@@ -143,12 +144,19 @@ def purge(store: Store, progress: Progress | None) -> int:
 
 
 def gc(
-    store: Store, clock: names.MsClock, new_grace_ms: int, progress: Progress | None
+    store: Store,
+    clock: names.MsClock,
+    new_grace_ms: int,
+    progress: Progress | None,
+    records: tuple[Deduplicator, PublishAs],
 ) -> list[str]:
-    """See :meth:`vsqs.Queue.gc`."""
+    """See :meth:`vsqs.Queue.gc`; ``records``: the queue's deduplication
+    records and how their messages are published (rolled forward)."""
     with storage_errors(f"collecting leftovers in {store.url}"):
         now = clock.now_ms()
         leftovers = inspect.stale_new(store, now, new_grace_ms)
         removed = inspect.collect_stale_new(store, leftovers, store.url, progress)
         removed += collect_origins(store, now, new_grace_ms)
+        dedup, publish = records
+        removed += dedup.collect(list(store.list()), publish)
         return removed + store.take_repairs()

@@ -1,104 +1,211 @@
 """Deduplication records: one message per deduplication id within the queue's window.
 
-A send with a deduplication id first creates the id's record,
-``<token>.dedup`` (``<token>``: 32 hex of the id's SHA-256), by exclusive
-create, naming the message id it is about to publish and when (ms, the
-sender's clock; on object stores the store's as it measured it). A send
-that finds the record younger than ``dedup_window`` creates nothing and
-returns the recorded id (also when that message was received and deleted
-since). One that finds it older replaces it: it deletes the record it read
-and creates its own (docs/format.md, "Deduplication records").
+The window of a deduplication id runs from its first send, ``W`` ms long (the
+queue's ``dedup_window``). Its record is named by the id's token (32 hex of
+its SHA-256) and the *slot* of the first send, ``at_ms // W``
+(docs/format.md, "Deduplication records")::
 
-Guaranteed: of sends of one id racing while its record is young, exactly one
-creates the record and publishes. Not guaranteed (docs/queues.md, "Known
-limits"): two sends racing at the very moment a window ends may both
-replace the old record (each deletes what it judged expired), and a sender
-that dies between its record and its message leaves the id recorded for a
-message that never came (its retries return that id until the window ends).
+    <token>.<slot>.dedup    the record: the message's id, the first send's
+                            time, and the message itself (to publish it if
+                            its sender died before it did)
+    <token>.<slot>.sent     created once the message is published
+
+A send at ``t`` (slot ``s``) first reads the record of slot ``s - 1``: one
+whose window still runs makes the send a duplicate. Otherwise it creates the
+record of slot ``s`` (exclusive create); if that exists, the send is a
+duplicate of it (a record of slot ``s`` is never older than ``W``). The one
+send that created the record publishes its message, then creates ``.sent``.
+
+Guaranteed: sends of one id racing within a window create one message (one
+exclusive create decides), a send retried after an unknown outcome finds the
+record, and a sender that dies between its record and its message leaves a
+record without ``.sent``: after :data:`FENCE_MS` the next duplicate send or
+``gc()`` creates ``.sent`` (exclusive: one of them) and publishes the
+message from the record. A sender publishes only within half of
+:data:`FENCE_MS` of its record, so no one rolls forward a send under way.
+Not guaranteed (docs/groups.md, "Known limits"): two sends racing across a
+slot boundary (one reads slot ``s - 1`` before the other creates it) both
+create; hosts whose clocks disagree widen that moment by their skew.
+
+Records are never deleted while their window may run: ``gc()`` removes a
+slot's names once two slots have passed (no read), so a delete never meets
+a record that is consulted again.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from contextlib import suppress
+from typing import NamedTuple
 
 from . import _names as names
-from ._envelope import dedup_token
+from ._config import QueueConfig
+from ._envelope import HEADER_SLACK, dedup_token
 from ._errors import StorageError
+from ._inspect import RESTAMP_AFTER
 from ._publish import publish
 from .stores._base import Store, TooLarge
 
-#: Suffix of a deduplication record's name.
-DEDUP_SUFFIX = ".dedup"
-#: A record is a few hundred bytes; more under its name is no record of ours.
-RECORD_MAX = 4096
-#: Rounds of create / read / replace a send tries before it gives up.
+RECORD_SUFFIX = ".dedup"
+SENT_SUFFIX = ".sent"
+#: A record whose message is not marked sent after this long (ms) is
+#: published by the next duplicate send or ``gc()``: its sender is taken
+#: for dead (as a staged send is after :data:`~vsqs._inspect.RESTAMP_AFTER`).
+FENCE_MS = int(RESTAMP_AFTER * 1000)
+MAGIC = b"\x00vsqs-dedup 1\n"
+_NAME_RE = re.compile(r"([0-9a-f]{32})\.(0|[1-9][0-9]{0,12})(\.dedup|\.sent)")
+#: Rounds of read and create a send tries before it gives up.
 ATTEMPTS = 8
 
-
-def record_name(dedup_id: str) -> str:
-    return dedup_token(dedup_id) + DEDUP_SUFFIX
-
-
-def is_record(name: str) -> bool:
-    """Whether ``name`` is a deduplication record's name."""
-    token = name[: -len(DEDUP_SUFFIX)]
-    return (
-        name.endswith(DEDUP_SUFFIX)
-        and len(token) == 32
-        and all(c in "0123456789abcdef" for c in token)
-    )
+#: ``publish(message_id, data, delay_ms)``: publish a message under this id
+#: (a taken name is no error: it was published).
+Publish = Callable[[str, bytes, int], None]
 
 
-def read_record(data: bytes) -> tuple[str, int] | None:
-    """``(message id, first send ms)`` of a record; ``None`` if it is not one."""
-    try:
-        doc = json.loads(data)
-        message_id, at_ms = doc["id"], doc["at_ms"]
-    except (ValueError, TypeError, KeyError):
+class Record(NamedTuple):
+    """A deduplication record: the message of the first send, and when."""
+
+    id: str
+    at_ms: int
+    delay_ms: int
+    data: bytes
+
+    def encode(self) -> bytes:
+        header = {"id": self.id, "at_ms": self.at_ms, "delay_ms": self.delay_ms}
+        return MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + self.data
+
+    @classmethod
+    def decode(cls, data: bytes) -> Record | None:
+        """The record in ``data``; ``None`` if it is not one (torn, or foreign)."""
+        end = data.find(b"\n", len(MAGIC))
+        if not data.startswith(MAGIC) or end < 0:
+            return None
+        try:
+            doc = json.loads(data[len(MAGIC) : end])
+            message_id, at_ms, delay_ms = doc["id"], doc["at_ms"], doc["delay_ms"]
+        except (ValueError, TypeError, KeyError):
+            return None
+        if not (isinstance(message_id, str) and names.is_id(message_id)):
+            return None
+        if type(at_ms) is not int or type(delay_ms) is not int:
+            return None
+        return cls(message_id, at_ms, delay_ms, data[end + 1 :])
+
+
+def slot_names(token: str, slot: int) -> tuple[str, str]:
+    """The record's and the sent mark's names of one slot."""
+    return f"{token}.{slot}{RECORD_SUFFIX}", f"{token}.{slot}{SENT_SUFFIX}"
+
+
+def parse_name(name: str) -> tuple[str, int, bool] | None:
+    """``(token, slot, is the record)`` of a deduplication name; ``None`` for others."""
+    m = _NAME_RE.fullmatch(name)
+    if m is None:
         return None
-    if not (isinstance(message_id, str) and names.is_id(message_id) and type(at_ms) is int):
-        return None
-    return message_id, at_ms
+    return m.group(1), int(m.group(2)), m.group(3) == RECORD_SUFFIX
 
 
 class Deduplicator:
     """The deduplication records of one queue, for one client."""
 
-    def __init__(self, store: Store, clock: names.MsClock, durable: bool) -> None:
+    def __init__(
+        self,
+        store: Store,
+        clock: names.MsClock,
+        durable: bool,
+        config: Callable[[], QueueConfig],
+    ) -> None:
+        """``config()``: the queue's config (its window and largest message)."""
         self._store = store
         self._clock = clock
         self._durable = durable
+        self._config = config
 
-    def first(self, dedup_id: str, message_id: str, window_ms: int) -> str | None:
-        """Record ``message_id`` as the message of ``dedup_id``, unless another
-        is recorded within the window: then return that one's id (the send
-        creates nothing). ``None``: recorded; publish ``message_id`` now."""
-        store, name = self._store, record_name(dedup_id)
+    def _window_ms(self) -> int:
+        return int(self._config().dedup_window * 1000)
+
+    def send(
+        self, dedup_id: str, message_id: str, data: bytes, delay_ms: int, publish: Publish
+    ) -> str:
+        """Send ``data`` as ``message_id`` (by ``publish``) unless ``dedup_id``
+        was sent within the window; return the id of the message of ``dedup_id``."""
+        token, window_ms = dedup_token(dedup_id), self._window_ms()
         for _ in range(ATTEMPTS):
             now = self._clock.now_ms()
-            doc = {"id": message_id, "at_ms": now, "dedup_id": dedup_id}
-            data = json.dumps(doc, sort_keys=True).encode()
-            if publish(store, self._durable, self._clock.next_id(), data, name, replace_new=False):
-                return None
-            try:
-                found = store.read_limited(name, RECORD_MAX)
-            except FileNotFoundError:
-                continue  # replaced or collected meanwhile: create it again
-            except TooLarge:
-                found = b""
-            record = read_record(found)
-            if record is not None and now < record[1] + window_ms:
-                return record[0]
-            # Expired (or no record of ours under its name): replace it.
-            with suppress(FileNotFoundError):
-                store.delete(name)
-        raise StorageError(f"could not record deduplication id {dedup_id!r:.80} in {store.url}")
+            slot = now // window_ms
+            earlier = self._read(slot_names(token, slot - 1)[0])
+            if earlier is not None and now < earlier.at_ms + window_ms:
+                return self._duplicate(earlier, token, slot - 1, publish)
+            record_name, sent_name = slot_names(token, slot)
+            record = Record(message_id, now, delay_ms, data)
+            if self._create(record_name, record.encode()):
+                if self._clock.now_ms() - now <= FENCE_MS // 2:
+                    publish(message_id, data, delay_ms)
+                    self._create(sent_name, b"")
+                # else: too slow to publish safely; a duplicate or gc() will.
+                return message_id
+            found = self._read(record_name)
+            if found is not None:
+                return self._duplicate(found, token, slot, publish)
+        raise StorageError(
+            f"could not record deduplication id {dedup_id!r:.80} in {self._store.url}"
+        )
 
-    def expired(self, name: str, now_ms: int, window_ms: int) -> bool:
-        """Whether the record ``name`` may be collected: older than the window (one read)."""
-        try:
-            record = read_record(self._store.read_limited(name, RECORD_MAX))
-        except (FileNotFoundError, TooLarge):
+    def _duplicate(self, record: Record, token: str, slot: int, publish: Publish) -> str:
+        """A send of a recorded id: the first message's id. If that message's
+        sender left it unsent for longer than the fence, publish it now."""
+        if self._clock.now_ms() - record.at_ms > FENCE_MS:
+            self._roll_forward(record, slot_names(token, slot)[1], publish)
+        return record.id
+
+    def _roll_forward(self, record: Record, sent_name: str, publish: Publish) -> bool:
+        """Publish the message of a record whose sender died (once: whoever
+        creates its sent mark), unless a name of it is there (its sender died
+        after publishing it); whether this call published it."""
+        if not self._create(sent_name, b""):
             return False
-        return record is not None and record[1] + window_ms <= now_ms
+        if any(names.parse(n) is not None for n in self._store.names_of(record.id)):
+            return False
+        publish(record.id, record.data, 0)
+        return True
+
+    def collect(self, listed: list[str], publish: Publish) -> list[str]:
+        """Publish the messages of records left unsent past the fence, and
+        remove the names of slots two windows old; return the names removed
+        and the ids published (``gc()``)."""
+        now, window_ms = self._clock.now_ms(), self._window_ms()
+        slots: dict[tuple[str, int], set[bool]] = {}
+        for name in listed:
+            parsed = parse_name(name)
+            if parsed is not None:
+                slots.setdefault(parsed[:2], set()).add(parsed[2])
+        done: list[str] = []
+        for (token, slot), kinds in sorted(slots.items()):
+            record_name, sent_name = slot_names(token, slot)
+            if kinds == {True}:  # no sent mark: its sender may have died
+                record = self._read(record_name)
+                if record is not None and now - record.at_ms <= FENCE_MS:
+                    continue  # a send under way
+                if record is not None and self._roll_forward(record, sent_name, publish):
+                    done.append(record.id)
+            if now >= (slot + 2) * window_ms:
+                for name in (sent_name, record_name):
+                    with suppress(FileNotFoundError):
+                        self._store.delete(name)
+                        done.append(name)
+        return done
+
+    def _create(self, name: str, data: bytes) -> bool:
+        """Create ``name`` exclusively (whole or not at all); whether this did."""
+        return publish(
+            self._store, self._durable, self._clock.next_id(), data, name, replace_new=False
+        )
+
+    def _read(self, name: str) -> Record | None:
+        limit = self._config().max_message_size + HEADER_SLACK + 4096
+        try:
+            return Record.decode(self._store.read_limited(name, limit))
+        except (FileNotFoundError, TooLarge):
+            return None

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from . import _forks
 from . import _names as names
-from ._envelope import unseal
+from ._envelope import Meta, seal, unseal
 from ._errors import InvalidBody, StorageError, storage_errors
 from .stores._base import Store, TooLarge
 
@@ -277,6 +277,12 @@ class Message:
             f"{'' if self.group is None else f'group={self.group!r}, '}"
             f"body={self.body[:40]!r}{'...' if len(self.body) > 40 else ''})"
         )
+
+
+def stored(message: Message) -> bytes:
+    """What ``message`` is stored as (its body, or its envelope), to move it
+    into another queue as it is."""
+    return seal(message.body, Meta(message.group, message.dedup_id, message.attributes))
 
 
 def hold(message: Message) -> Hold:

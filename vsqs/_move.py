@@ -20,6 +20,7 @@ from typing import Any
 from ._config import positive_int
 from ._errors import MessageTooLarge, ReceiptExpired
 from ._message import DeleteResult, Message, Progress
+from ._outgoing import Outgoing
 from ._place import OpenedQueues, refuse_same
 from ._queue import Queue
 
@@ -148,7 +149,7 @@ def move_batch(
     is raised), release at ``src`` what is still held there: what was sent
     is then in both queues (at least once), never in neither."""
     try:
-        dst.send_batch([message.body for message in batch])
+        dst.send_batch([Outgoing(m.body, group=m.group, attributes=m.attributes) for m in batch])
         acked = src.delete_batch(batch)
         moved(len(acked.deleted))
         for error in acked.failed.values():

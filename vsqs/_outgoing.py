@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ._config import QueueConfig
-from ._envelope import Meta, attributes_size, content_dedup_id, meta, seal
+from ._envelope import HEADER_SLACK, Meta, attributes_size, content_dedup_id, meta, seal
 from ._errors import InvalidArgument, MessageTooLarge, QueueConfigError
 from ._message import Body, as_bytes
 
@@ -71,10 +71,17 @@ def prepare(
             )
         if m.dedup_id is None and config.content_dedup:
             m = m._replace(dedup_id=content_dedup_id(body))
+        data = seal(body, m)
+        if len(data) > config.max_message_size + HEADER_SLACK:  # escapes in its header
+            raise MessageTooLarge(
+                f"message {i} is {len(data):,} bytes as stored (its attributes escaped); "
+                f"this queue takes at most {config.max_message_size:,} plus "
+                f"{HEADER_SLACK:,} for attributes"
+            )
         if config.format < 3 and (m.enveloped or m.dedup_id is not None):
             raise QueueConfigError(
                 "this queue has format 2, without groups, deduplication ids or attributes: "
                 "move its messages into a new queue (vsqs move) to use them"
             )
-        out.append(Prepared(seal(body, m), m))
+        out.append(Prepared(data, m))
     return out

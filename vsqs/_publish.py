@@ -17,10 +17,12 @@ from ._inspect import RESTAMP_AFTER
 from ._outgoing import Prepared
 from .stores._base import Store
 
-#: ``first(dedup_id, message_id, window_ms)``: record ``message_id`` as the
-#: message of ``dedup_id``, or return the id recorded within the window
-#: (:meth:`vsqs._dedup.Deduplicator.first`).
-First = Callable[[str, str, int], "str | None"]
+#: ``publish(message_id, data, delay_ms)`` under that very id.
+PublishAs = Callable[[str, bytes, int], None]
+#: ``dedup(dedup_id, message_id, data, delay_ms, publish)``: send the message
+#: unless its deduplication id was sent within the window; the id of the
+#: id's message (:meth:`vsqs._dedup.Deduplicator.send`).
+Dedup = Callable[[str, str, bytes, int, PublishAs], str]
 
 #: Fresh ids a send tries before it gives up.
 SEND_ATTEMPTS = 8
@@ -105,7 +107,7 @@ def staged_by(store: Store, job: str) -> list[str]:
         for name in store.list()
         if name.endswith(names.NEW_SUFFIX)
         and (parsed := names.parse(name)) is not None
-        and parsed.id[-names.NONCE_LEN :].startswith(job)
+        and parsed.id[: names.ID_LEN][-names.NONCE_LEN :].startswith(job)
     ]
 
 
@@ -241,17 +243,17 @@ class Publisher:
         clock: names.MsClock,
         durable: bool,
         published: Callable[[str, int | None], object],
-        first: First,
+        dedup: Dedup,
     ) -> None:
         """``published(name, visible_at)`` is told of every message sent (for the
-        client's own receives); ``first`` records deduplication ids."""
+        client's own receives); ``dedup`` sends messages with deduplication ids."""
         self._store = store
         self._clock = clock
         self._durable = durable
         self._published = published
-        self._first = first
+        self._dedup = dedup
 
-    def send(self, items: list[Prepared], delay_ms: int, window_ms: int) -> list[str]:
+    def send(self, items: list[Prepared], delay_ms: int) -> list[str]:
         """Publish each message on its own, in order; return the ids (a
         duplicate's is the id of the first message of its deduplication id)."""
         sent: list[str] = []
@@ -262,22 +264,20 @@ class Publisher:
 
         with telling_sent(sent), storage_errors(where):
             for item in items:
-                sent.append(self._send_one(item, delay_ms, window_ms))
+                sent.append(self._send_one(item, delay_ms))
         return sent
 
-    def _send_one(self, item: Prepared, delay_ms: int, window_ms: int) -> str:
+    def _send_one(self, item: Prepared, delay_ms: int) -> str:
         """Publish under a fresh id; draw another if the name is taken (an id
         collision), or burned by a create whose outcome is unknown (it may
         land later: a send is at least once). A message with a deduplication
-        id is recorded first, and published under the id recorded (a burned
-        create may land: it is not sent again under another id)."""
+        id goes through its record (:mod:`vsqs._dedup`)."""
         tag, dedup_id = item.meta.tag, item.meta.dedup_id
+        if dedup_id is not None:
+            message_id = names.tagged(self._clock.next_id(), tag)
+            return self._dedup(dedup_id, message_id, item.data, delay_ms, self.publish_as)
         for _ in range(SEND_ATTEMPTS):
             message_id = names.tagged(self._clock.next_id(), tag)
-            if dedup_id is not None:
-                first = self._first(dedup_id, message_id, window_ms)
-                if first is not None:
-                    return first
             visible_at = self._clock.expiry_ms(delay_ms) if delay_ms else None
             final = names.published_name(message_id, visible_at)
             try:
@@ -288,21 +288,28 @@ class Publisher:
                     return message_id
             except FileExistsError:
                 pass
-            if dedup_id is not None:
-                return message_id
         raise StorageError(f"could not publish a message under {SEND_ATTEMPTS} fresh ids")
 
-    def send_batch(self, items: list[Prepared], delay_ms: int, window_ms: int) -> list[str]:
+    def publish_as(self, message_id: str, data: bytes, delay_ms: int) -> None:
+        """Publish under ``message_id`` itself (a deduplication record's id);
+        a name of it already there, or burned, is no error: at least once."""
+        visible_at = self._clock.expiry_ms(delay_ms) if delay_ms else None
+        final = names.published_name(message_id, visible_at)
+        with suppress(FileExistsError):
+            if publish(self._store, self._durable, message_id, data, final, replace_new=False):
+                self._published(final, visible_at)
+
+    def send_batch(self, items: list[Prepared], delay_ms: int) -> list[str]:
         """Stage every message, make them durable with one sync, then publish
         them (one rename batch). Not atomic: on an error some may have been
         sent. A batch with deduplication ids is sent one message at a time."""
         store = self._store
         if any(item.meta.dedup_id is not None for item in items):
-            return self.send(items, delay_ms, window_ms)
+            return self.send(items, delay_ms)
         if store.creates_atomically(self._durable):
             if store.renames_cost_requests:
                 return self._send_side_by_side(items, delay_ms)
-            return self.send(items, delay_ms, window_ms)
+            return self.send(items, delay_ms)
         staged: list[str] = []
         done: set[str] = set()
         sent: list[str] = []
@@ -357,8 +364,7 @@ class Publisher:
                     sent.extend(i for i in ids if i is not None)
                     raise error
                 sent.extend(
-                    i or self._send_one(item, delay_ms, 0)
-                    for i, item in zip(ids, chunk, strict=True)
+                    i or self._send_one(item, delay_ms) for i, item in zip(ids, chunk, strict=True)
                 )
         return sent
 

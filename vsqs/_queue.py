@@ -114,9 +114,9 @@ class Queue:
             self._new_grace_ms,
             seconds(max_poll_interval, "max_poll_interval"),
         )
-        dedup = Deduplicator(self._store, self._clock, self.durable)
+        self._dedup = Deduplicator(self._store, self._clock, self.durable, lambda: self.config)
         self._publisher = Publisher(
-            self._store, self._clock, self.durable, self._receiver.sent, dedup.first
+            self._store, self._clock, self.durable, self._receiver.sent, self._dedup.send
         )
         self._dead_letters = DeadLetters(self._store, self._open_dead_letter)
         self._settler = Settler(self, self._store, self._clock, self._receiver)
@@ -290,9 +290,7 @@ class Queue:
 
     def _publish(self, items: list[Prepared], delay: float, *, batch: bool) -> list[str]:
         send = self._publisher.send_batch if batch else self._publisher.send
-        return send(
-            items, int(seconds(delay, "delay") * 1000), int(self.config.dedup_window * 1000)
-        )
+        return send(items, int(seconds(delay, "delay") * 1000))
 
     # -------------------------------------------------------------- receive
     def receive(
@@ -452,7 +450,8 @@ class Queue:
         way; both are kept. Foreign names are never touched.
         """
         self._check_open()
-        return admin.gc(self._store, self._clock, self._new_grace_ms, progress)
+        records = (self._dedup, self._publisher.publish_as)
+        return admin.gc(self._store, self._clock, self._new_grace_ms, progress, records)
 
     # --------------------------------------------------------------- worker
     def consume(

@@ -16,7 +16,7 @@ from typing import Any
 from . import _names as names
 from ._dead_letter import Origin, move_in
 from ._errors import InvalidArgument, QueueNotFound, ReceiptExpired
-from ._message import Message, Progress
+from ._message import Message, Progress, stored
 from ._place import OpenedQueues, refuse_same
 from ._queue import Queue
 from .stores._base import Store
@@ -68,7 +68,7 @@ def _move_back(message: Message, dlq: Queue, target: Queue) -> bool:
     held = names.parse(message.receipt or "")
     assert held is not None
     record_id = target.store.ms_clock(target.clock).next_id()  # on the store's clock, as gc ages it
-    move_in(target.store, target.durable, held, message.body, Origin(record_id, b""))
+    move_in(target.store, target.durable, held, stored(message), Origin(record_id, b""))
     try:
         dlq.delete(message)
     except ReceiptExpired:

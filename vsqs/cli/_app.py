@@ -13,30 +13,29 @@ import json
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
-from typing import Any, BinaryIO
+from typing import Any
 
 import click
 
+from .._config import MAX_SECONDS
 from .._errors import ReceiptExpired
 from .._message import Message
 from .._queue import Queue
 from ._common import (
     SECONDS,
-    batch_option,
-    create_option,
+    key_option,
     max_option,
     open_queue,
-    progress_bar,
     queue_options,
     verbose_option,
 )
 from ._demo import demo
-from ._interrupt import Interrupted, interruptible, release, take
-from ._lines import LineBatches
+from ._interrupt import interruptible, release, take
 from ._load import pump, sink
 from ._move import move
 from ._ops import gc, purge, queues, redrive_command, stats
 from ._report import Report, json_option, out, out_line
+from ._send import send
 
 
 # ------------------------------------------------------------------ output
@@ -53,6 +52,9 @@ def message_json(message: Message) -> str:
             "receive_count": origin.receive_count,
             "at": origin.at.isoformat(timespec="milliseconds"),
         }
+    doc["group"] = message.group
+    doc["dedup_id"] = message.dedup_id
+    doc["attributes"] = message.attributes
     try:
         doc["body"] = message.body.decode()
     except UnicodeDecodeError:
@@ -61,7 +63,15 @@ def message_json(message: Message) -> str:
 
 
 def _emit(message: Message, as_json: bool) -> None:
-    out((message_json(message).encode() if as_json else message.body) + b"\n")
+    """One message: a JSON line, or its body; at a terminal, a body of a
+    group after ``[group] `` (to a pipe or a file, the body alone: data)."""
+    if as_json:
+        out(message_json(message).encode() + b"\n")
+        return
+    label = b""
+    if message.group is not None and sys.stdout.isatty():
+        label = f"[{message.group}] ".encode()
+    out(label + message.body + b"\n")
 
 
 # ---------------------------------------------------------------- commands
@@ -105,6 +115,17 @@ def main() -> None:
     metavar="BYTES",
     help="Largest body sends take and receivers read.",
 )
+@click.option(
+    "--dedup-window",
+    type=click.FloatRange(0, MAX_SECONDS, min_open=True),
+    metavar="SECONDS",
+    help="How long a deduplication id is remembered (default 300).",
+)
+@click.option(
+    "--content-dedup/--no-content-dedup",
+    default=None,
+    help="A send without --dedup-id uses the SHA-256 of its body (default: no).",
+)
 @json_option
 @queue_options
 def create(url: str, as_json: bool, **defaults: Any) -> None:
@@ -119,104 +140,13 @@ def create(url: str, as_json: bool, **defaults: Any) -> None:
             f"{f['queue']}: visibility_timeout={f['visibility_timeout']:g}s "
             f"max_receives={f['max_receives']} dead_letter={f['dead_letter']} "
             f"retry_delay={f['retry_delay']:g}s max_retry_delay={f['max_retry_delay']:g}s "
-            f"max_message_size={f['max_message_size']}"
+            f"max_message_size={f['max_message_size']} dedup_window={f['dedup_window']:g}s "
+            f"content_dedup={f['content_dedup']} format={f['format']}"
         ),
         as_json=as_json,
         queue=queue.url,
         **asdict(config),
     ).done()
-
-
-@main.command(short_help="Send messages: arguments, stdin or a file.")
-@click.argument("url", metavar="QUEUE")
-@click.argument("bodies", metavar="[BODY]...", nargs=-1)
-@click.option(
-    "-f",
-    "--file",
-    "lines_file",
-    type=click.File("rb"),
-    help="Send one message per line of this file ('-': stdin).",
-)
-@click.option(
-    "--delay", type=SECONDS, metavar="SECONDS", default=0, help="Seconds before it is visible."
-)
-@batch_option(100, 10_000, "Messages per send_batch with --file.")
-@create_option("QUEUE")
-@click.option("--raw", is_flag=True, help="Send stdin byte for byte (keep a final newline).")
-@queue_options
-def send(
-    url: str,
-    bodies: tuple[str, ...],
-    lines_file: BinaryIO | None,
-    delay: float,
-    batch: int,
-    create: bool,
-    raw: bool,
-) -> None:
-    """Send each BODY, or stdin as one message, or one per line of --file.
-
-    A body read from stdin loses one trailing newline unless --raw is given.
-    --file sends --batch lines at a time, or what came before the input
-    paused (0.1 s). Prints the id of each message sent, a batch as soon as it
-    is sent: stopped by Ctrl-C or SIGTERM, it sends the whole lines it read,
-    has printed the id of every message it sent, and says how many on stderr.
-    """
-    if bodies and lines_file is not None:
-        raise click.UsageError("give BODY arguments or --file, not both")
-    if not bodies and lines_file is None and sys.stdin.isatty():
-        raise click.UsageError("give a BODY, --file, or pipe the body into stdin")
-    with open_queue(url, create=create) as queue:
-        if bodies:
-            _out_ids(queue.send_batch(list(bodies), delay=delay))
-        elif lines_file is None:
-            with interruptible():
-                body = sys.stdin.buffer.read()
-            _out_ids([queue.send(body if raw else _strip_eol(body), delay=delay)])
-        else:
-            _send_lines(queue, lines_file, batch, delay)
-
-
-def _send_lines(queue: Queue, lines: BinaryIO, batch: int, delay: float) -> None:
-    """One message per line, ``batch`` lines at a time or what came before
-    the input paused: a signal stops it while it reads, after it has sent the
-    whole lines it read (a line not ended yet is dropped), never between a
-    send and the printing of its ids."""
-    report = Report(_sent_text, sent=0, queue=queue.url)
-    reader = LineBatches(lines, batch)
-
-    def send(chunk: list[bytes]) -> None:
-        ids = queue.send_batch([_strip_eol(line) for line in chunk], delay=delay)
-        _out_ids(ids)
-        report.add("sent", len(ids))
-        bar.update(len(ids))
-
-    with progress_bar("sent") as bar:
-        while True:
-            try:
-                chunk = reader.next()
-            except Interrupted:
-                if reader.held:  # read from the input, which cannot give them again
-                    send(reader.held)
-                raise
-            if not chunk:
-                break
-            send(chunk)
-    report.done(say=False)
-
-
-def _sent_text(f: dict[str, Any]) -> str:
-    return f"sent {f['sent']:,} messages to {f['queue']}"
-
-
-def _out_ids(ids: list[str]) -> None:
-    out("".join(f"{i}\n" for i in ids).encode())
-
-
-def _strip_eol(data: bytes) -> bytes:
-    """``data`` without one final ``\\n`` or ``\\r\\n``."""
-    if data.endswith(b"\r\n"):
-        return data[:-2]
-    return data[:-1] if data.endswith(b"\n") else data
 
 
 @main.command(short_help="Receive messages: bodies or JSON lines.")
@@ -238,11 +168,13 @@ def _strip_eol(data: bytes) -> bytes:
     help="Seconds the messages stay hidden (default: the queue's).",
 )
 @click.option("--delete", is_flag=True, help="Delete each message once it is printed.")
+@key_option("--group", "GROUP", "Receive only this group's messages (its next ones, in order).")
 @click.option(
     "--json",
     "as_json",
     is_flag=True,
-    help="JSON lines with id, receipt, receive_count, sent_at and body.",
+    help="JSON lines with id, receipt, receive_count, sent_at, group, dedup_id, "
+    "attributes and body.",
 )
 @queue_options
 def receive(
@@ -251,6 +183,7 @@ def receive(
     wait: float,
     visibility_timeout: float | None,
     delete: bool,
+    group: str | None,
     as_json: bool,
 ) -> None:
     """Receive messages and print their bodies, one per line (or --json).
@@ -259,6 +192,7 @@ def receive(
     unless you delete it by its receipt (see --json). Prints nothing if the
     queue has nothing visible within --wait. A message received but not
     printed (stdout closed, Ctrl-C, SIGTERM) is released: visible again at once.
+    At a terminal, the body of a message of a group follows "[GROUP] ".
     """
     with open_queue(url) as queue:
         report = Report(_received_text, received=0, deleted=0 if delete else None, queue=queue.url)
@@ -268,6 +202,7 @@ def receive(
                 min(100, max_messages - got),
                 visibility_timeout=visibility_timeout,
                 wait=wait if got == 0 else 0,
+                group=group,
             )
             if not batch:
                 break
@@ -387,16 +322,23 @@ def release_command(url: str, receipts: tuple[str, ...], delay: float) -> None:
 @main.command(short_help="Show the oldest messages, receiving none.")
 @click.argument("url", metavar="QUEUE")
 @max_option(10, "Show up to this many messages.")
-@click.option("--json", "as_json", is_flag=True, help="JSON lines with id, receive_count, body.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="JSON lines with id, receive_count, sent_at, dead_lettered, group, dedup_id, "
+    "attributes and body.",
+)
 @queue_options
 def peek(url: str, max_messages: int, as_json: bool) -> None:
-    """Print the oldest visible messages without receiving them."""
+    """Print the oldest visible messages without receiving them (at a
+    terminal, the body of a message of a group follows "[GROUP] ")."""
     with open_queue(url) as queue:
         for message in queue.peek(max_messages):
             _emit(message, as_json)
 
 
-for _command in (stats, purge, redrive_command, move, gc, queues, pump, sink, demo):
+for _command in (send, stats, purge, redrive_command, move, gc, queues, pump, sink, demo):
     main.add_command(_command)
 
 

@@ -13,6 +13,7 @@ import click
 from tqdm import tqdm
 
 from .._config import MAX_SECONDS
+from .._envelope import check_key
 from .._message import Progress
 from .._queue import Queue
 from ..stores._location import object_store_options
@@ -122,6 +123,19 @@ def create_option(what: str) -> Callable[[F], F]:
         show_default=True,
         help=f"Create {what} if it does not exist.",
     )
+
+
+def _check_key(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    try:
+        return None if value is None else check_key(value, param.name or "value")
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def key_option(flag: str, metavar: str, help: str) -> Callable[[F], F]:
+    """``--group G`` or ``--dedup-id ID``: 1-128 printable ASCII characters
+    without space, checked as the option is read (a bad one is bad usage)."""
+    return click.option(flag, metavar=metavar, callback=_check_key, help=help)
 
 
 def verbose_option(fn: F) -> F:

@@ -44,6 +44,7 @@ def stats_rows(url: str, stats: QueueStats) -> list[tuple[str, str]]:
         ("queue", url),
         ("ready", f"{stats.ready:,}"),
         ("in flight", f"{stats.in_flight:,}"),
+        ("groups in flight", f"{stats.groups_in_flight:,}"),
         ("delayed", f"{stats.delayed:,}"),
         ("being written", f"{stats.writing:,}"),
         ("dead letter", "-" if stats.dead_letter is None else f"{stats.dead_letter:,}"),

@@ -62,6 +62,9 @@ def consume(
     DataFrame with the columns of ``spark.read.format("vsqs")`` (``state`` is
     ``in_flight``). While ``process`` runs, a heartbeat extends their
     visibility every third of the timeout, so a slow batch keeps its claims.
+    A batch may hold several consecutive messages of one group (in send
+    order: by ``id``); Spark runs rows side by side, so a ``process`` that
+    must handle them one at a time does so itself (docs/spark.md).
 
     ``process`` returns the rows that failed: ``None`` (none did), a DataFrame
     with an ``id`` column (e.g. ``df.filter(...)``), or an iterable of ids.
@@ -70,8 +73,11 @@ def consume(
     ``max_retry_delay`` and ``jitter`` as there; the queue's defaults unless
     given), and logged as ``Queue.consume`` logs a failing handler; the
     queue's ``max_receives`` dead-letters them when they are received again.
-    The others are deleted. An id that is not in the batch, or a return value
-    of another kind, is an :class:`~vsqs.InvalidArgument` and fails the batch.
+    The others are deleted, except the rows that follow a failed row in its
+    group: those are released at once, not deleted, and come again after it,
+    so a group's messages are settled in send order. An id that is not in
+    the batch, or a return value of another kind, is an
+    :class:`~vsqs.InvalidArgument` and fails the batch.
 
     If ``process`` raises (or fails the batch), the whole batch is released
     after the retry delays and the exception propagates: nothing is lost and
@@ -118,6 +124,8 @@ def _row(message: Message) -> tuple[Any, ...]:
         names.IN_FLIGHT,
         message.receive_count,
         message.visible_at,
+        message.group,
+        message.attributes,
     )
 
 
@@ -183,20 +191,34 @@ def _settle(
     failures: FailureLog,
     batch_id: int,
 ) -> int:
-    """Release the failed rows after their retry delays, delete the others; return
-    how many receipts were stale (someone else received them meanwhile)."""
+    """Release the failed rows after their retry delays, and the rows behind
+    them in their groups at once; delete the others. Return how many receipts
+    were stale (someone else received them meanwhile)."""
     failed = [m for m in got if m.id in failed_ids]
     delays = [retry.delay(m.receive_count) for m in failed]
     for message, delay in zip(failed, delays, strict=True):
         failures.failed(message, RuntimeError(f"process failed its row in batch {batch_id}"), delay)
-    stale = _release(queue, failed, delays)
-    done = [m for m in got if m.id not in failed_ids]
+    behind = _behind(got, failed)
+    stale = _release(queue, failed + behind, delays + [0.0] * len(behind))
+    kept = failed_ids.union(m.id for m in behind)
+    done = [m for m in got if m.id not in kept]
     acked = queue.delete_batch(done)  # side by side on object stores
     if acked.failed:
         raise next(iter(acked.failed.values()))
     for message in done:
         failures.succeeded(message)
     return stale + len(acked.stale)
+
+
+def _behind(got: list[Message], failed: list[Message]) -> list[Message]:
+    """The messages of ``got`` that follow a failed one of their group (ids
+    of one group sort in send order), failed ones left out."""
+    first: dict[str, str] = {}  # group: its first failed id
+    for message in failed:
+        if message.group is not None:
+            first[message.group] = min(first.get(message.group, message.id), message.id)
+    failed_ids = {m.id for m in failed}
+    return [m for m in got if m.group in first and m.id > first[m.group] and m.id not in failed_ids]
 
 
 def _release(queue: Queue, got: list[Message], delays: list[float]) -> int:

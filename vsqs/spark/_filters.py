@@ -1,8 +1,9 @@
 """Filters that Spark pushes down to a ``vsqs`` read, judged on names alone.
 
-Every column but ``body`` is known from a message's name, so a pushed filter
-on ``id``, ``sent_at``, ``state``, ``receive_count`` or ``visible_at`` drops
-messages on the driver, before any body is read. Executors apply the same
+Every column but ``body``, ``group`` and ``attributes`` is known from a
+message's name, so a pushed filter on ``id``, ``sent_at``, ``state``,
+``receive_count`` or ``visible_at`` drops messages on the driver, before any
+body is read. Executors apply the same
 filters again to the name each message is read under (it may have moved
 since the listing), so every row returned satisfies them: Spark need not.
 """

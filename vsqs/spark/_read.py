@@ -9,6 +9,10 @@ side on object stores, where each read is a round trip). A message renamed
 between listing and reading (received, extended, released) is read under its
 new name; one deleted meanwhile is skipped. Without ``includeBody`` nothing is
 read: the rows are the listing's names.
+
+A message stored as an envelope (format 3: one with a group or attributes)
+is unsealed: ``body`` is the body that was sent, ``group`` its group (null
+without one) and ``attributes`` its attributes (an empty map without).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import (
     BinaryType,
     IntegerType,
+    MapType,
     StringType,
     StructField,
     StructType,
@@ -28,6 +33,7 @@ from pyspark.sql.types import (
 )
 
 from .. import _names as names
+from .._envelope import unseal
 from .._errors import QueueNotFound
 from .._fanout import fan_out
 from .._inspect import entries
@@ -47,8 +53,12 @@ SCHEMA = StructType(
         StructField("state", StringType(), False),
         StructField("receive_count", IntegerType(), False),
         StructField("visible_at", TimestampType(), False),
+        StructField("group", StringType(), True),
+        StructField("attributes", MapType(StringType(), StringType(), False), False),
     ]
 )
+#: The columns read from a message's object, left out without ``includeBody``.
+READ_COLUMNS = ("body", "group", "attributes")
 #: Rows per Arrow batch, and the body bytes after which a batch is cut early.
 BATCH_ROWS = 4096
 BATCH_BYTES = 32 << 20
@@ -61,10 +71,11 @@ MAX_DEFAULT_PARTITIONS = 256
 
 
 def columns(options: Options) -> StructType:
-    """The rows' schema: every column, or all but ``body`` without ``includeBody``."""
+    """The rows' schema: every column, or those of the name alone
+    (:data:`READ_COLUMNS` left out) without ``includeBody``."""
     if options.include_body:
         return SCHEMA
-    return StructType([f for f in SCHEMA.fields if f.name != "body"])
+    return StructType([f for f in SCHEMA.fields if f.name not in READ_COLUMNS])
 
 
 class NamesPartition(InputPartition):
@@ -122,9 +133,12 @@ def read_partition(
         "state": pa.string(),
         "receive_count": pa.int32(),
         "visible_at": stamp,
+        "group": pa.string(),
+        "attributes": pa.map_(pa.string(), pa.field("value", pa.string(), nullable=False)),
     }
-    wanted = [f.name for f in columns(options).fields]
-    schema = pa.schema([pa.field(n, types[n], nullable=False) for n in wanted])
+    fields = columns(options).fields
+    wanted = [f.name for f in fields]
+    schema = pa.schema([pa.field(f.name, types[f.name], nullable=f.nullable) for f in fields])
 
     def batch(rows: list[dict[str, Any]]) -> pyarrow.RecordBatch:
         arrays = [pa.array([r[n] for r in rows], types[n]) for n in wanted]
@@ -146,7 +160,8 @@ def read_partition(
                 continue  # moved since the listing to where a pushed filter excludes it
             row = values(parsed, partition.now_ms)
             if body is not None:
-                row["body"] = body
+                row["body"], meta = unseal(parsed.id, body)
+                row["group"], row["attributes"] = meta.group, list(meta.attributes.items())
                 size += len(body)
             rows.append(row)
             if len(rows) >= BATCH_ROWS or size >= BATCH_BYTES:

@@ -12,24 +12,37 @@ removes what it staged itself; a row whose body is larger than the queue's
 a dead driver leaves is removed by the queue's garbage collection after its
 grace period (one hour), like any crashed sender's, and holds a stream back
 for at most a minute (``vsqs._inspect.STAGING_HOLD``).
+
+Optional ``group``, ``dedup_id`` and ``attributes`` columns (string, string,
+map of strings; null: none) give each row's metadata, checked as
+:meth:`vsqs.Queue.send` checks it; a row with a group or attributes is staged
+as an envelope under an id with its tag. Deduplication ids are recorded by
+the driver's commit, just before it publishes, in id order: a row whose id
+was sent to the queue within its ``dedup_window`` (by this job or anyone) is
+not published, so a job run again publishes only the rows it had not. A
+failed task records nothing: its retry's rows are not taken for duplicates.
 """
 
 from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import partial
 
 from pyspark.sql import Row
 from pyspark.sql.datasource import DataSourceWriter, WriterCommitMessage
-from pyspark.sql.types import BinaryType, StringType, StructType
+from pyspark.sql.types import BinaryType, DataType, MapType, StringType, StructType
 
 from .. import _names as names
+from .._config import QueueConfig
+from .._dedup import Deduplicator
 from .._errors import InvalidArgument, InvalidBody
+from .._fanout import fan_out
 from .._inspect import collect_stale_new
-from .._message import as_bytes
-from .._publish import check_sizes, commit, stage, staged_by, unstage
+from .._outgoing import Outgoing, prepare
+from .._publish import commit, stage, staged_by, unstage
 from .._queue import Queue
 from ..stores._base import Store
 from ._options import Options
@@ -37,19 +50,46 @@ from ._read import open_existing
 
 #: Hex digits of an id's nonce that name the job; the rest name the task.
 JOB_NONCE_LEN = 12
+#: The optional metadata columns a writer takes, and the type each must have.
+META_COLUMNS: dict[str, DataType] = {
+    "group": StringType(),
+    "dedup_id": StringType(),
+    "attributes": MapType(StringType(), StringType()),
+}
 
 
 @dataclass
 class Staged(WriterCommitMessage):
-    """The ids one task staged as ``<id>.new``."""
+    """The ids one task staged as ``<id>.new``, and the deduplication id of
+    each that has one."""
 
     ids: list[str]
+    dedup_ids: dict[str, str] = field(default_factory=dict)
 
 
 def job_nonce() -> str:
     """A fresh job's nonce: the first :data:`JOB_NONCE_LEN` hex digits of the
     nonce of every id its tasks stage."""
     return secrets.token_hex(JOB_NONCE_LEN // 2)
+
+
+def _column(schema: StructType, name: str, allowed: tuple[DataType, ...]) -> str | None:
+    """The schema's spelling of column ``name`` (any case), checked to have one
+    of the ``allowed`` types (a map's values may be null or not); ``None``
+    without one."""
+    found = next((f for f in schema.fields if f.name.lower() == name), None)
+    if found is None:
+        return None
+    kind = found.dataType
+    if isinstance(kind, MapType):
+        kind = MapType(kind.keyType, kind.valueType)
+    if kind not in allowed:
+        wanted = " or ".join(t.simpleString() for t in allowed)
+        raise InvalidArgument(
+            f"column {found.name!r} of a write to a vsqs queue must be {wanted}, "
+            f"not {found.dataType.simpleString()}"
+        )
+    return found.name
 
 
 def _task_ids(store: Store, job: str) -> Iterator[str]:
@@ -62,17 +102,28 @@ def _task_ids(store: Store, job: str) -> Iterator[str]:
         yield clock.next_id()[: -names.NONCE_LEN] + job + task
 
 
+def _tagged(next_id: Callable[[], str], tag: str | None) -> str:
+    """A fresh id of the task with a message's tag (its group, or envelope)."""
+    return names.tagged(next_id(), tag)
+
+
 class QueueWriter(DataSourceWriter):
     """Appends rows to a queue; see the module docstring for what is atomic."""
 
     def __init__(self, options: Options, schema: StructType) -> None:
-        field = next((f for f in schema.fields if f.name.lower() == "body"), None)
-        if field is None or not isinstance(field.dataType, BinaryType | StringType):
+        body = _column(schema, "body", (BinaryType(), StringType()))
+        if body is None:
             raise InvalidArgument(
                 "writing to a vsqs queue needs a 'body' column of binary or string type"
             )
         self.options = options
-        self.column = field.name
+        self.column = body
+        #: The schema's spelling of each metadata column it has.
+        self.meta = {
+            name: spelled
+            for name, kind in META_COLUMNS.items()
+            if (spelled := _column(schema, name, (kind,))) is not None
+        }
         self.job = job_nonce()
         # Make the queue (and its config) on the driver, before any task runs.
         with Queue(
@@ -80,23 +131,32 @@ class QueueWriter(DataSourceWriter):
             storage_options=options.storage_options,
             unsafe_claims=options.unsafe_claims,
         ) as queue:
-            self.max_size = queue.config.max_message_size
+            self.config: QueueConfig = queue.config
+
+    def _outgoing(self, row: Row) -> Outgoing:
+        """A row as a message; :class:`InvalidBody` for a null body."""
+        body = row[self.column]
+        if body is None:
+            raise InvalidBody("a row's body is null: every message needs a body")
+        given = {name: row[spelled] for name, spelled in self.meta.items()}
+        return Outgoing(body, **given)
 
     def write(self, iterator: Iterator[Row]) -> Staged:
+        """Stage every row (checked as a send checks it: receivers would pass
+        over a body larger than ``max_message_size``)."""
         store = open_existing(self.options)
         staged: list[str] = []
+        dedup_ids: dict[str, str] = {}
         next_id = _task_ids(store, self.job).__next__
         try:
             for row in iterator:
-                body = row[self.column]
-                if body is None:
-                    raise InvalidBody("a row's body is null: every message needs a body")
-                data = as_bytes(body)
-                check_sizes([data], self.max_size)  # receivers would pass it over
-                staged.append(stage(store, data, next_id))
+                (item,) = prepare([self._outgoing(row)], self.config)
+                staged.append(stage(store, item.data, partial(_tagged, next_id, item.meta.tag)))
+                if item.meta.dedup_id is not None:
+                    dedup_ids[staged[-1]] = item.meta.dedup_id
             if self.options.durable:
                 store.sync_files(names.new_name(i) for i in staged)
-            return Staged(staged)
+            return Staged(staged, dedup_ids)
         except BaseException:
             unstage(store, staged)
             raise
@@ -108,13 +168,42 @@ class QueueWriter(DataSourceWriter):
         clock = store.ms_clock(time.time)
         delay_ms = int(self.options.delay * 1000)
         visible_at = clock.expiry_ms(delay_ms) if delay_ms else None
-        ids = sorted(i for m in messages if isinstance(m, Staged) for i in m.ids)
+        reported = [m for m in messages if isinstance(m, Staged)]
+        ids = sorted(i for m in reported for i in m.ids)
+        dedup_ids = {i: d for m in reported for i, d in m.dedup_ids.items()}
         try:
+            if dedup_ids:
+                ids = self._deduplicate(store, clock, ids, dedup_ids)
             # Renames side by side where a rename is several requests.
             commit(store, ids, visible_at, durable=self.options.durable, clock=clock)
             self._remove_leftovers(store)
         finally:
             store.close()
+
+    def _deduplicate(
+        self, store: Store, clock: names.MsClock, ids: list[str], dedup_ids: dict[str, str]
+    ) -> list[str]:
+        """The staged ``ids`` (in order) to publish: those without a
+        deduplication id, and the first of each id that no message was sent
+        with within the queue's window (each recorded now, side by side where
+        a create is a round trip). The others are unstaged."""
+        firsts: dict[str, str] = {}  # deduplication id: the first staged id that has it
+        for i in ids:
+            if i in dedup_ids:
+                firsts.setdefault(dedup_ids[i], i)
+        dedup = Deduplicator(store, clock, self.options.durable)
+        window_ms = int(self.config.dedup_window * 1000)
+        recorded = fan_out(
+            lambda item: dedup.first(*item, window_ms), list(firsts.items()), store.batch_width
+        )
+        new = {
+            i
+            for (_, i), outcome in zip(firsts.items(), recorded, strict=True)
+            if outcome.result() is None
+        }
+        keep = [i for i in ids if i not in dedup_ids or i in new]
+        unstage(store, sorted(set(ids).difference(keep)))
+        return keep
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         store = open_existing(self.options)

@@ -39,7 +39,9 @@ pytest.register_assert_rewrite(
         f"vsqs.testing.{module}"
         for module in (
             "_queue_admin",
+            "_queue_dedup",
             "_queue_flow",
+            "_queue_groups",
             "_queue_receipts",
             "_queue_tests",
             "_queue_worker",

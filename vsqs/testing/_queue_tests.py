@@ -10,13 +10,17 @@ import vsqs
 
 from ._clock import FakeClock
 from ._queue_admin import AdminTests
+from ._queue_dedup import AttributeTests, DedupTests
 from ._queue_flow import FlowTests
+from ._queue_groups import GroupTests
 from ._queue_receipts import ReceiptTests
 from ._queue_worker import WorkerTests
 from ._suite import Suite
 
 
-class QueueTests(Suite, FlowTests, ReceiptTests, AdminTests, WorkerTests):
+class QueueTests(
+    Suite, FlowTests, ReceiptTests, AdminTests, WorkerTests, GroupTests, DedupTests, AttributeTests
+):
     """Every promise of :class:`vsqs.Queue`, on the backend's ``store``.
 
     Most tests run on a fake clock, with durable and with non-durable sends
