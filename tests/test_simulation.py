@@ -214,6 +214,11 @@ REGRESSIONS = {
     # stats() counted a message whose claim finished between two pages of
     # its listing under both names (class 6).
     "r2-stats-counted-a-move-twice-across-pages": Plan(12),
+    # Issue 29, found in c3b4d4b and fixed on main since: redrive published
+    # a dead letter's body without its envelope (group and attributes lost),
+    # and gc() never collected deduplication records.
+    "r29-redrive-dropped-the-envelope": FEATURE_PLANS["groups"](0),
+    "r29-dedup-records-left-for-ever": FEATURE_PLANS["dedup-ids"](0),
 }
 
 
@@ -232,37 +237,32 @@ def test_regression_schedules(plan: Plan) -> None:
 #: for ``dedup-ids``; ``--trace`` prints the schedule).
 ENGINE_BUGS: dict[str, tuple[str, int, str]] = {
     # ObjectListing._settle hides a marked source and its marker's target
-    # while a claim is under way (source, .moved and target all listed):
-    # another receiver's view then has no name of the group's head, takes the
-    # group for free and claims its next message (or takes it first).
+    # while a claim is under way (source and .moved listed, its target
+    # perhaps too): another receiver's view then has no name of the group's
+    # head, takes the group for free and claims its next message (or takes
+    # it first).
     "a-claim-under-way-hides-its-groups-head": ("groups", 4, "group held twice"),
     "a-claim-under-way-lets-the-next-of-its-group-pass": ("groups", 32, "group order"),
     # Claims._hold_groups adds a won claim's group to the call's own groups
     # (``mine``, which admits a group's next messages whoever holds it); a
     # claim of the call dead-lettered as exhausted leaves its group there, so
-    # the same call (a receive of that group, under long stalls) claims the
-    # group's next message while another client's claim holds the group.
+    # the same call (under long stalls) claims the group's next message while
+    # another client's claim holds the group.
     "a-dead-lettered-claim-leaves-its-group-to-its-call": ("groups", 114, "group held twice"),
-    # Not traced to its cause: a receive of one group (group=, 3 messages)
-    # took two of the group's expired claims, then a due delayed message of
-    # the group, passing over the group's older ready message (listed in the
-    # same listing, claimed by no one).
-    "a-receive-of-a-group-passes-over-its-next-message": (
-        "groups-and-dedup-ids-slow",
-        65,
-        "group order",
+    # Publisher.publish_as takes a burned create (a 503, or an outcome
+    # unknown and the name absent) for a published message and
+    # Deduplicator.send then marks the record sent: no roll-forward ever
+    # publishes it, and every send of the id returns an id that never exists.
+    "a-dedup-send-marks-sent-a-message-it-never-published": ("dedup-ids", 20, "lost"),
+    # A sender that published its message but failed to create ``.sent``
+    # (its create burned) leaves the record unmarked: past FENCE_MS, gc()
+    # (or a duplicate send) rolls it forward, finds no name of the id (it was
+    # received and acknowledged meanwhile) and publishes it again.
+    "a-roll-forward-brings-back-an-acknowledged-message": (
+        "dedup-ids",
+        27,
+        "acknowledged came back",
     ),
-    # Redrive publishes the dead letter's body, not its stored envelope,
-    # under its tagged id: the message comes back without its group,
-    # attributes and dedup id (Message.group is None).
-    "redrive-drops-the-envelope": ("groups", 0, "group changed"),
-    # Publisher._send_one: a send with a dedup id whose message create fails
-    # (a 503, or a create of unknown outcome that never lands) returns the
-    # recorded id without the message ("a burned create may land").
-    "a-dedup-send-returns-an-id-it-never-published": ("dedup-ids", 70, "lost"),
-    # Nothing collects expired records (Deduplicator.expired has no caller):
-    # gc() long after the window leaves every <token>.dedup.
-    "dedup-records-are-never-collected": ("dedup-ids", 0, r"leftover: .*\.dedup$"),
 }
 
 

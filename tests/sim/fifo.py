@@ -31,29 +31,27 @@ What it checks, each on the bucket's clock with the oracle's ``tolerance``:
   (moves keep them).
 * **one message per deduplication id in its window**: in the window that
   the id's first record opens (from the time it names, ``dedup_window``
-  long), every send of the id that returned returns one id, and
-  the source queue gets one message of the id's body (the copies a move
-  published of it, under its id or a sibling id, are that message). Later
-  windows are not judged: two sends that race at the very moment a window
-  ends may both replace its record (``vsqs._dedup``, a known limit).
-* **nothing lost, but by a known limit**: an id that sends of a
-  deduplication id returned is excused from the oracle's loss check if a
-  send of that id raised or was cut short: a sender that dies between its
-  record and its message leaves the id recorded for a message that never
-  comes (``unpublished``).
+  long), every send of the id that returned returns one id, and the source
+  queue gets one message of the id's body (the copies a move published of
+  it, under its id or a sibling id, are that message). Excused, a known
+  limit (``vsqs._dedup``): a record of the next slot created by a send that
+  began before the record of the slot before it landed (two sends racing
+  across a slot boundary both create). Later windows are not judged.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from vsqs import _names as names
-from vsqs._dedup import DEDUP_SUFFIX, read_record, record_name
-from vsqs._envelope import group_token
+from vsqs._dedup import Record, parse_name
+from vsqs._envelope import dedup_token, group_token
 
+from .bucket import Change
 from .workload import Event
 
 #: A delivery's place in time: (when its receive returned, its index in the
@@ -79,24 +77,29 @@ class Found(Protocol):
     id: str
 
 
-def unpublished(events: list[Event]) -> set[str]:
-    """Ids that sends of a deduplication id returned, where a send of that id
-    raised or was cut short: it may have recorded the id and died before its
-    message (the known limit in the module's docstring)."""
-    cut = {e.dedup for e in events if e.dedup is not None and not e.ok}
-    return {i for e in events if e.ok and e.dedup in cut for i in e.ids}
+class Slot(NamedTuple):
+    """A deduplication record as the bucket got it: its token and slot, when
+    its first create landed (the bucket's time) and by whom, and what it
+    recorded (the message's id, and when its window opened: ``at_ms`` on its
+    sender's measure of the bucket's clock)."""
+
+    token: str
+    slot: int
+    created: float
+    writer: str
+    record: Record
 
 
-def first_records(written: Mapping[str, bytes], prefix: str) -> dict[str, float]:
-    """When the first deduplication record of each name under ``prefix`` says
-    its window opened (its ``at_ms``, on its sender's measure of the bucket's
-    clock: its create may land later), by name."""
-    out = {}
-    for key, data in written.items():
-        if key.startswith(prefix) and key.endswith(DEDUP_SUFFIX):
-            record = read_record(data)
-            if record is not None:
-                out[key[len(prefix) :]] = record[1] / 1000
+def records_of(changes: list[Change], written: Mapping[str, bytes], prefix: str) -> list[Slot]:
+    """Every deduplication record created under ``prefix``, in order."""
+    out = []
+    for at, kind, key, writer in changes:
+        parsed = parse_name(key[len(prefix) :]) if key.startswith(prefix) else None
+        if kind != "put" or parsed is None or not parsed[2]:
+            continue
+        record = Record.decode(written[key])
+        if record is not None and all(r.token != parsed[0] or r.slot != parsed[1] for r in out):
+            out.append(Slot(parsed[0], parsed[1], at, writer, record))
     return out
 
 
@@ -141,7 +144,7 @@ def judge(
     moved: set[str],
     aliases: Mapping[str, str],
     created: list[tuple[float, str, bytes]],
-    records: Mapping[str, float],
+    records: list[Slot],
     window: float,
     faulted: list[tuple[str, float, str]],
 ) -> None:
@@ -150,8 +153,7 @@ def judge(
     ``moved``: ids of messages that entered another queue; ``aliases``: the
     sibling ids of second copies, mapped to the sent id; ``created``: each
     message name created in the source queue (the bucket's time, id, body);
-    ``records``: when each first deduplication record opened its window,
-    by name (``first_records``);
+    ``records``: every deduplication record created (``records_of``);
     ``window``: the source queue's ``dedup_window``; ``faulted``: the
     faults vsqs saw, by actor (``Scheduler.faulted``)."""
     sent: dict[str, str | None] = {}  # an id's group, as its first send gave it
@@ -244,7 +246,7 @@ def _when(place: Place) -> str:
 def _check_dedup(
     events: list[Event],
     created: list[tuple[float, str, bytes]],
-    records: Mapping[str, float],
+    records: list[Slot],
     window: float,
     tolerance: float,
     aliases: Mapping[str, str],
@@ -256,14 +258,39 @@ def _check_dedup(
         if e.dedup is not None:
             sends[e.dedup].append(e)
     for dedup_id, tried in sends.items():
-        opened = records.get(record_name(dedup_id))
-        if opened is None:
+        slots = sorted((r for r in records if r.token == dedup_token(dedup_id)), key=_slot)
+        if not slots:
             continue  # no send got as far as its record
-        closes = opened + window - tolerance
-        returned = sorted({e.ids[0] for e in tried if e.ok and e.end < closes})
+        closes = slots[0].record.at_ms / 1000 + window - tolerance
+        raced = _raced(slots, events)
+        returned = sorted({e.ids[0] for e in tried if e.ok and e.end < closes} - raced)
         if len(returned) > 1:
             add(f"dedup id {dedup_id!r}: sends in its window returned {returned}")
         body = tried[0].bodies[0]
-        made = sorted({aliases.get(i, i) for at, i, b in created if b == body and at < closes})
-        if len(made) > 1:
-            add(f"dedup id {dedup_id!r}: {len(made)} messages created in its window: {made}")
+        made = {aliases.get(i, i) for at, i, b in created if b == body and at < closes}
+        if len(made - raced) > 1:
+            add(
+                f"dedup id {dedup_id!r}: {len(made)} messages created in its window: {sorted(made)}"
+            )
+
+
+def _slot(record: Slot) -> int:
+    return record.slot
+
+
+def _raced(slots: list[Slot], events: list[Event]) -> set[str]:
+    """The ids of records that a send created across a slot boundary, racing
+    the send that created the slot before (the known limit in the module's
+    docstring): its send began before that record landed, or is unknown."""
+    out = set()
+    for before, record in itertools.pairwise(slots):
+        if record.slot != before.slot + 1:
+            continue
+        by = [
+            e
+            for e in events
+            if e.actor == record.writer and e.dedup is not None and e.start <= record.created
+        ]
+        if not record.writer or any(e.start < before.created for e in by[-1:]):
+            out.add(record.record.id)
+    return out

@@ -82,7 +82,8 @@ violation of the promises vsqs makes on every store:
   holder per group, a group's order, targeted receives, groups kept, one
   message per deduplication id in its window); a send of a deduplication id
   returns an id sent before it, which the loss check judges at its first
-  send, and excuses where a send of that id raised (``fifo.unpublished``).
+  send (a message whose sender died after its record is published by the
+  next duplicate send or ``gc()``: the drain's finds it).
 """
 
 from __future__ import annotations
@@ -172,7 +173,6 @@ def judge(
     changes: list[Change] | None = None,
     written: dict[str, bytes] | None = None,
     store_clock: bool = False,
-    unpublished: set[str] = frozenset(),  # type: ignore[assignment]
 ) -> Verdict:
     """Check a finished run; ``tolerance``: the largest clock difference between
     clients; ``moved``: ids of messages that entered another queue;
@@ -184,9 +184,7 @@ def judge(
     ``changes``: every write and delete of the bucket (``Bucket.changes``),
     ``written``: the bytes first written to each key (``Bucket.written``);
     ``store_clock``: names are written on the bucket's clock (as each client
-    measured it: a store that tells its time), not on the writer's;
-    ``unpublished``: ids a send returned that may never have been published
-    (``fifo.unpublished``)."""
+    measured it: a store that tells its time), not on the writer's."""
     verdict = Verdict()
     moves = {r for e in events if e.op == "move" for r in e.acked}
     events = [one for event in events for one in _each_ack(event)]
@@ -221,7 +219,7 @@ def judge(
     purges = [(e.start, e.end) for e in events if e.op == "purge"]
     fifo.check_exclusive(by_id, tolerance, verdict.add, purges)
     acked = _check_acks(events, by_id, drained, excused, verdict)
-    _check_loss(events, acked | unpublished, drained, verdict)
+    _check_loss(events, acked, drained, verdict)
     for (queue, message_id), n in Counter((d.queue, d.id) for d in drained).items():
         if n > 1 and message_id not in excused:
             verdict.add(f"duplicate: {message_id} drained {n} times from {queue}")

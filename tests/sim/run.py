@@ -232,7 +232,6 @@ def _run(plan: Plan) -> Report:
         born=first_keys(bucket, src),
         changes=bucket.changes,
         written=bucket.written,
-        unpublished=fifo.unpublished(history.events),
     )
     fifo.judge(
         history.events,
@@ -242,7 +241,7 @@ def _run(plan: Plan) -> Report:
         moved=in_dlq & in_src,
         aliases=aliases,
         created=created_in(bucket, src),
-        records=fifo.first_records(bucket.written, src),
+        records=fifo.records_of(bucket.changes, bucket.written, src),
         window=plan.dedup_window,
         faulted=scheduler.faulted,
     )
