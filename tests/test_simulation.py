@@ -456,9 +456,17 @@ def _admit_all(self: Candidates, name: str, token: str, mine: set[str]) -> bool:
     return True
 
 
-def _never_recorded(self: Deduplicator, dedup_id: str, message_id: str, window_ms: int) -> None:
-    """Sends that ignore deduplication ids: each records its own and publishes."""
-    return None
+def _never_recorded(
+    self: Deduplicator,
+    dedup_id: str,
+    message_id: str,
+    data: bytes,
+    delay_ms: int,
+    publish: Callable[[str, bytes, int], None],
+) -> str:
+    """Sends that ignore deduplication ids: each publishes its own message."""
+    publish(message_id, data, delay_ms)
+    return message_id
 
 
 #: A planted bug: a patch of vsqs (owner, attribute, replacement), or none and
@@ -537,7 +545,7 @@ MUTANTS: dict[str, tuple[tuple[object, str, object] | None, Callable[[int], Plan
     "move-deletes-first": ((workload, "move_batch", _deletes_first), FAULT_PLANS["moves"]),
     # Issue 29: the group rule and deduplication records, left out.
     "groups-ignored": ((Candidates, "admit", _admit_all), FEATURE_PLANS["groups"]),
-    "dedup-ids-ignored": ((Deduplicator, "first", _never_recorded), FEATURE_PLANS["dedup-ids"]),
+    "dedup-ids-ignored": ((Deduplicator, "send", _never_recorded), FEATURE_PLANS["dedup-ids"]),
 }
 
 
