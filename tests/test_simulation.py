@@ -13,9 +13,12 @@ clients on a simulated bucket, each judged by the oracle.
   deletes (also with requests that time out or stall); two ``send_batch``
   of one ``Queue`` at once; redrives crossing consumers and dead-letterings
   cut short; batches of ``vsqs move``; Spark writes (stage, then commit or
-  abort, also after ``RESTAMP_AFTER``).
+  abort, also after ``RESTAMP_AFTER``); and issue 29's features
+  (``FEATURE_PLANS``): message groups and deduplication ids.
 * Named regression schedules: the seeds at which the simulation found each
-  class of failure of format 1 by itself (``benchmarks/RESULTS.md``).
+  class of failure of format 1 by itself (``benchmarks/RESULTS.md``); and
+  the seed of each engine bug it found in issue 29's core, a strict xfail
+  until fixed (``ENGINE_BUGS``).
 * The simulation itself is checked: a seed replays to the same schedule, in
   this process and in another; and the oracle catches the bugs of planted
   mutants of the protocol (a test that could not fail would prove nothing).
@@ -27,6 +30,7 @@ import contextlib
 import inspect
 import math
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -39,7 +43,9 @@ import pytest
 import vsqs
 from vsqs import _dead_letter, _inspect, _publish, _settle
 from vsqs import _names as names
+from vsqs._candidates import Candidates
 from vsqs._dead_letter import Origin
+from vsqs._dedup import Deduplicator
 from vsqs._errors import storage_errors
 from vsqs._inspect import Entry
 from vsqs._names import ORIGIN_SUFFIX, Records
@@ -133,12 +139,37 @@ FAULT_PLANS: dict[str, Callable[[int], Plan]] = {
 }
 
 
+#: Plans of issue 29's features: message groups (sends, batches with a
+#: group each, receives of one group) and deduplication ids (repeated, sent
+#: by two processes at once, retried after an unknown outcome) in a window
+#: short enough to end within a run; also with requests that time out or
+#: stall and more consumers.
+FEATURE_PLANS: dict[str, Callable[[int], Plan]] = {
+    "groups": lambda seed: Plan(seed, groups=0.6),
+    "dedup-ids": lambda seed: Plan(seed, dedups=0.4, dedup_window=30.0),
+    "groups-and-dedup-ids-slow": lambda seed: Plan(
+        seed,
+        faults=Faults(timeout=0.05, stall=0.05),
+        consumers=4,
+        groups=0.5,
+        dedups=0.3,
+        dedup_window=20.0,
+    ),
+}
+
+
 #: Every plan beyond the default, by name.
-PLANS = {**CLOCK_PLANS, **FAULT_PLANS}
+PLANS = {**CLOCK_PLANS, **FAULT_PLANS, **FEATURE_PLANS}
+
+
+#: Why issue 29's plans fail today: the engine bugs below (``ENGINE_BUGS``).
+_UNTIL_FIXED = pytest.mark.xfail(reason="engine bugs of issue 29's core: see ENGINE_BUGS")
 
 
 @pytest.mark.sweep  # BUDGET / 4 seconds each
-@pytest.mark.parametrize("plan", PLANS)
+@pytest.mark.parametrize(
+    "plan", [pytest.param(p, marks=_UNTIL_FIXED) if p in FEATURE_PLANS else p for p in PLANS]
+)
 def test_random_schedules_with_assumptions_varied_keep_every_promise(plan: str) -> None:
     deadline = time.monotonic() + BUDGET / 4
     seed, failed = FIRST_SEED, []
@@ -183,6 +214,11 @@ REGRESSIONS = {
     # stats() counted a message whose claim finished between two pages of
     # its listing under both names (class 6).
     "r2-stats-counted-a-move-twice-across-pages": Plan(12),
+    # Issue 29, found in c3b4d4b and fixed on main since: redrive published
+    # a dead letter's body without its envelope (group and attributes lost),
+    # and gc() never collected deduplication records.
+    "r29-redrive-dropped-the-envelope": FEATURE_PLANS["groups"](0),
+    "r29-dedup-records-left-for-ever": FEATURE_PLANS["dedup-ids"](0),
 }
 
 
@@ -190,6 +226,58 @@ REGRESSIONS = {
 def test_regression_schedules(plan: Plan) -> None:
     report = run(plan)
     assert report.verdict, str(report)
+
+
+#: Engine bugs the simulation found in issue 29's core (c3b4d4b, 6978cf7): a
+#: seed of a plan that shows each, and the oracle's words for it (a pattern
+#: that a violation matches from its start). Each test fails until its bug
+#: is fixed (then strict xfail reports its pass: move the seed to
+#: ``REGRESSIONS``). Replay one with ``run(FEATURE_PLANS[plan](seed))``, or
+#: ``python -m tests.sim SEED --groups 0.6`` (``--dedups 0.4 --dedup-window 30``
+#: for ``dedup-ids``; ``--trace`` prints the schedule).
+ENGINE_BUGS: dict[str, tuple[str, int, str]] = {
+    # ObjectListing._settle hides a marked source and its marker's target
+    # while a claim is under way (source and .moved listed, its target
+    # perhaps too): another receiver's view then has no name of the group's
+    # head, takes the group for free and claims its next message (or takes
+    # it first).
+    "a-claim-under-way-hides-its-groups-head": ("groups", 4, "group held twice"),
+    "a-claim-under-way-lets-the-next-of-its-group-pass": ("groups", 32, "group order"),
+    # Claims._hold_groups adds a won claim's group to the call's own groups
+    # (``mine``, which admits a group's next messages whoever holds it); a
+    # claim of the call dead-lettered as exhausted leaves its group there, so
+    # the same call (under long stalls) claims the group's next message while
+    # another client's claim holds the group.
+    "a-dead-lettered-claim-leaves-its-group-to-its-call": ("groups", 114, "group held twice"),
+    # Publisher.publish_as takes a burned create (a 503, or an outcome
+    # unknown and the name absent) for a published message and
+    # Deduplicator.send then marks the record sent: no roll-forward ever
+    # publishes it, and every send of the id returns an id that never exists.
+    "a-dedup-send-marks-sent-a-message-it-never-published": ("dedup-ids", 20, "lost"),
+    # A sender that published its message but failed to create ``.sent``
+    # (its create burned) leaves the record unmarked: past FENCE_MS, gc()
+    # (or a duplicate send) rolls it forward, finds no name of the id (it was
+    # received and acknowledged meanwhile) and publishes it again.
+    "a-roll-forward-brings-back-an-acknowledged-message": (
+        "dedup-ids",
+        27,
+        "acknowledged came back",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "bug",
+    [
+        pytest.param(bug, marks=pytest.mark.xfail(strict=True, reason=f"engine bug: {bug}"))
+        for bug in ENGINE_BUGS
+    ],
+)
+def test_engine_bugs_of_issue_29(bug: str) -> None:
+    plan, seed, words = ENGINE_BUGS[bug]
+    report = run(FEATURE_PLANS[plan](seed))
+    found = [v for v in report.verdict.violations if re.match(words, v)]
+    assert not found, "\n".join(found[:5]) + f"\n{report}"
 
 
 def test_a_seed_replays_the_same_schedule_here_and_in_another_process() -> None:
@@ -363,6 +451,24 @@ def _deletes_first(
     return acked
 
 
+def _admit_all(self: Candidates, name: str, token: str, mine: set[str]) -> bool:
+    """Receivers that ignore the group rule: every candidate may be claimed."""
+    return True
+
+
+def _never_recorded(
+    self: Deduplicator,
+    dedup_id: str,
+    message_id: str,
+    data: bytes,
+    delay_ms: int,
+    publish: Callable[[str, bytes, int], None],
+) -> str:
+    """Sends that ignore deduplication ids: each publishes its own message."""
+    publish(message_id, data, delay_ms)
+    return message_id
+
+
 #: A planted bug: a patch of vsqs (owner, attribute, replacement), or none and
 #: a plan that breaks one of its assumptions instead.
 MUTANTS: dict[str, tuple[tuple[object, str, object] | None, Callable[[int], Plan]]] = {
@@ -437,6 +543,9 @@ MUTANTS: dict[str, tuple[tuple[object, str, object] | None, Callable[[int], Plan
         FAULT_PLANS["spark-writes"],
     ),
     "move-deletes-first": ((workload, "move_batch", _deletes_first), FAULT_PLANS["moves"]),
+    # Issue 29: the group rule and deduplication records, left out.
+    "groups-ignored": ((Candidates, "admit", _admit_all), FEATURE_PLANS["groups"]),
+    "dedup-ids-ignored": ((Deduplicator, "send", _never_recorded), FEATURE_PLANS["dedup-ids"]),
 }
 
 

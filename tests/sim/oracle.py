@@ -77,7 +77,13 @@ violation of the promises vsqs makes on every store:
   excused too, and so is a claim past ``max_receives`` (dead-lettered). A
   failed body read alone gives the claim back, uncounted, and returns what
   the batch read (issue 26, class 9); what users see of it is a receive
-  count above the deliveries, and a message dead-lettered unreceived.
+  count above the deliveries, and a message dead-lettered unreceived;
+* **groups and deduplication ids** (issue 29): ``fifo``'s checks (one
+  holder per group, a group's order, targeted receives, groups kept, one
+  message per deduplication id in its window); a send of a deduplication id
+  returns an id sent before it, which the loss check judges at its first
+  send (a message whose sender died after its record is published by the
+  next duplicate send or ``gc()``: the drain's finds it).
 """
 
 from __future__ import annotations
@@ -90,6 +96,7 @@ from vsqs import _names as names
 from vsqs.stores._moves import MOVED_SUFFIX
 from vsqs.stores._probe import PROBE_PREFIX
 
+from . import fifo
 from .bucket import Change
 from .workload import Event
 
@@ -209,6 +216,8 @@ def judge(
     excused = set(moved)
     _check_receipts(events, holds, store_clock, verdict)
     _check_holders(by_id, tolerance, excused, verdict)
+    purges = [(e.start, e.end) for e in events if e.op == "purge"]
+    fifo.check_exclusive(by_id, tolerance, verdict.add, purges)
     acked = _check_acks(events, by_id, drained, excused, verdict)
     _check_loss(events, acked, drained, verdict)
     for (queue, message_id), n in Counter((d.queue, d.id) for d in drained).items():
@@ -332,12 +341,16 @@ def _check_loss(
     refused = {
         e.ids[0] for e in events if e.op == "delete" and e.ids and e.error == "ReceiptExpired"
     }
-    for event in events:
+    judged: set[str] = set()
+    for event in sorted(events, key=lambda e: e.start):
         if event.op not in ("send", "send_batch") or not event.ok:
             continue
         for message_id in event.ids:
             if message_id in acked or message_id in found or message_id in maybe_deleted:
                 continue
+            if message_id in judged:
+                continue  # a send of a deduplication id returned it again: judged at its first
+            judged.add(message_id)
             if any(event.start < p.end for p in purges):
                 continue  # sent before a purge ended: it may have been purged
             if message_id in refused:

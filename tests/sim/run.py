@@ -1,4 +1,5 @@
-"""One simulated schedule: set up, run, drain, judge. ``python -m tests.sim SEED`` replays one.
+"""One simulated schedule: set up, run, drain, judge. ``python -m tests.sim SEED`` replays one
+(``--groups 0.6``, ``--dedups 0.4 --dedup-window 30``: with issue 29's features).
 
 A run is a pure function of its :class:`Plan` (seed, bucket flavour, faults
 and client mix): every random choice (the schedule, the clients' scripts,
@@ -20,10 +21,11 @@ from typing import Any
 
 import vsqs
 from vsqs import _names as names
+from vsqs._envelope import unseal
 from vsqs.stores import _moves, _object, _probe
 from vsqs.stores._object import ObjectStore
 
-from . import workload
+from . import fifo, workload
 from .bucket import Bucket
 from .objects import SimObjects
 from .oracle import Claim, Drained, Verdict, judge
@@ -66,6 +68,12 @@ class Plan:
     moves: float = 0.0
     #: How often an operator writes rows to ``src`` as a Spark job does.
     spark_writes: float = 0.0
+    #: How often a send has a message group, and a receive asks for one.
+    groups: float = 0.0
+    #: How often a producer sends with a deduplication id, and the queue's
+    #: ``dedup_window`` (seconds).
+    dedups: float = 0.0
+    dedup_window: float = 300.0
 
 
 @dataclass
@@ -153,6 +161,8 @@ def _run(plan: Plan) -> Report:
     if plan.dead_letter:
         config |= {"max_receives": 1 + plan.seed % 2, "dead_letter": "dlq"}
         vsqs.Queue(store("dlq", setup_clock), clock=setup_clock).close()
+    if plan.dedups:
+        config["dedup_window"] = plan.dedup_window
     vsqs.Queue(store("src", setup_clock), clock=setup_clock, **config).close()
     queues = ("src", "dlq") if plan.dead_letter else ("src",)
     if plan.moves:
@@ -170,6 +180,8 @@ def _run(plan: Plan) -> Report:
         twin_batches=plan.twin_batches,
         moves=plan.moves,
         spark_writes=plan.spark_writes,
+        groups=plan.groups,
+        dedups=plan.dedups,
     )
     scripts = random.Random(plan.seed ^ 0xC11E)
     roles: list[tuple[str, Callable[..., None]]] = (
@@ -194,30 +206,44 @@ def _run(plan: Plan) -> Report:
     drained = _drain(scheduler, opener, queues)
     leftovers = sorted(key for key in bucket.objects if not key.endswith("/" + names.CONFIG_NAME))
     aliases = sibling_ids(bucket.written, history.events)
+    src = f"{prefix}/src/"
     in_dlq, in_src = ({
         aliases.get(i, i) for k in bucket.written if f"/{queue}/" in k
-        for i in [k.rpartition("/")[2][: names.ID_LEN]]
+        for i in [names.id_of(k.rpartition("/")[2])]
     } for queue in ("dlq", "src"))  # fmt: skip
     store_clock = plan.stamps != "none"
     step = plan.faults.step_by if plan.faults.step else 0.0
+    # Names on the bucket's clock where it tells its time (each client's
+    # measure of it is off by at most the second a Date names), else on
+    # the writers' clocks (off by their skew); steps come on top.
+    tolerance = 2 * ((DATE_ERROR if store_clock else plan.skew) + step) + 0.002
     verdict = judge(
         history.events,
         drained,
         leftovers,
         errors,
-        # Names on the bucket's clock where it tells its time (each client's
-        # measure of it is off by at most the second a Date names), else on
-        # the writers' clocks (off by their skew); steps come on top.
-        tolerance=2 * ((DATE_ERROR if store_clock else plan.skew) + step) + 0.002,
+        tolerance=tolerance,
         store_clock=store_clock,
         moved=in_dlq & in_src,
         aliases=aliases,
         max_receives=config.get("max_receives"),
         faulted=scheduler.faulted,
-        claims=claims_of(bucket, f"{prefix}/src/"),
-        born=first_keys(bucket, f"{prefix}/src/"),
+        claims=claims_of(bucket, src),
+        born=first_keys(bucket, src),
         changes=bucket.changes,
         written=bucket.written,
+    )
+    fifo.judge(
+        history.events,
+        drained,
+        verdict.add,
+        tolerance=tolerance,
+        moved=in_dlq & in_src,
+        aliases=aliases,
+        created=created_in(bucket, src),
+        records=fifo.records_of(bucket.changes, bucket.written, src),
+        window=plan.dedup_window,
+        faulted=scheduler.faulted,
     )
     requests = sum(sum(i.requests.values()) for i in ios)
     return Report(
@@ -262,21 +288,34 @@ def claims_of(bucket: Bucket, prefix: str) -> list[Claim]:
     return claims
 
 
+def created_in(bucket: Bucket, prefix: str) -> list[tuple[float, str, bytes]]:
+    """Each message name created under ``prefix`` (a send's, a publish's: not
+    a copy, not a staged ``.new``), in order: (the bucket's time, its id,
+    its body)."""
+    out = []
+    for at, kind, key, _ in bucket.changes:
+        parsed = names.parse(key[len(prefix) :]) if key.startswith(prefix) else None
+        if kind == "put" and parsed is not None and parsed.state != names.NEW:
+            out.append((at, parsed.id, unseal(parsed.id, bucket.written[key])[0]))
+    return out
+
+
 def sibling_ids(written: dict[str, bytes], events: list[Event]) -> dict[str, str]:
     """The sibling ids that moves gave second copies (same ms and seq, same
     body, another nonce: ``names.sibling_id``), each mapped to the sent id."""
-    sent = {
-        body: message_id
-        for e in events
-        if e.op in ("send", "send_batch")
-        for message_id, body in zip(e.ids, e.bodies, strict=False)
-    }
+    sent: dict[bytes, set[str]] = defaultdict(set)  # a body sent again (a dedup id's) has two
+    for e in events:
+        if e.op in ("send", "send_batch"):
+            for message_id, body in zip(e.ids, e.bodies, strict=False):
+                sent[body].add(message_id)
     aliases = {}
     for key, data in written.items():
         parsed = names.parse(key.rpartition("/")[2])
-        original = sent.get(data)
-        if parsed and original and parsed.id != original and parsed.id[:19] == original[:19]:
-            aliases[parsed.id] = original
+        if parsed is None:
+            continue
+        for original in sent.get(unseal(parsed.id, data)[0], ()):
+            if parsed.id != original and parsed.id[:19] == original[:19]:
+                aliases[parsed.id] = original
     return aliases
 
 
@@ -344,6 +383,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--twin-batches", type=float, default=0.0, help="twin send_batch share")
     parser.add_argument("--moves", type=float, default=0.0, help="vsqs move share of operators")
     parser.add_argument("--spark-writes", type=float, default=0.0, help="Spark write share")
+    parser.add_argument("--groups", type=float, default=0.0, help="grouped send share")
+    parser.add_argument("--dedups", type=float, default=0.0, help="dedup-id send share")
+    parser.add_argument("--dedup-window", type=float, default=300.0, help="seconds")
     parser.add_argument("--trace", action="store_true", help="print the schedule")
     args = parser.parse_args(argv)
     failed = 0
@@ -361,6 +403,9 @@ def main(argv: list[str] | None = None) -> int:
             twin_batches=args.twin_batches,
             moves=args.moves,
             spark_writes=args.spark_writes,
+            groups=args.groups,
+            dedups=args.dedups,
+            dedup_window=args.dedup_window,
         )
         report = run(plan)
         if args.trace:

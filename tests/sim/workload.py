@@ -10,8 +10,12 @@ operator runs ``gc``, ``stats``, ``peek``, ``purge``, ``redrive`` and
 reopens its queues. Where a plan says so, consumers also ack several held
 messages with one ``delete_batch`` (``Setup.batch_acks``) and consume the
 dead-letter queue, and the operator moves batches with ``vsqs move``'s
-loop (``Setup.moves``). Every call is logged with the bucket's time before and
-after it and its outcome.
+loop (``Setup.moves``). With issue 29's features in the plan, producers
+send messages in groups (``GROUPS``: single sends, delayed sends, batches of
+one group or a group each) and send deduplication ids (``DEDUP_IDS``:
+repeated, by a twin process at the same time, and again after a send that
+raised), and consumers now and then receive from one group only. Every
+call is logged with the bucket's time before and after it and its outcome.
 """
 
 from __future__ import annotations
@@ -36,6 +40,11 @@ from .scheduler import Scheduler
 #: Visibility timeouts and delays the clients choose from (seconds).
 TIMEOUTS = (1.0, 2.0, 3.0, 8.0, 30.0)
 DELAYS = (0.0, 0.5, 2.0)
+#: The message groups and deduplication ids producers choose from (few, so
+#: that groups queue up and ids repeat); a deduplication id is sent in the
+#: group at its place in ``GROUPS`` (the last in none).
+GROUPS = ("red", "green", "blue")
+DEDUP_IDS = ("job-0", "job-1", "job-2", "job-3")
 
 
 @dataclass
@@ -64,6 +73,14 @@ class Event:
     #: What a ``stats()`` counted, by queue: messages ready, in flight and
     #: delayed, and the dead-letter queue's depth.
     counted: dict[str, int] = field(default_factory=dict)
+    #: The group a receive asked for (``group=``); each message's group, as
+    #: sent or as received; a send's deduplication id and delay.
+    group: str | None = None
+    groups: list[str | None] = field(default_factory=list)
+    #: Each message's attributes, as sent (single sends only) or as received.
+    attributes: list[dict[str, str]] = field(default_factory=list)
+    dedup: str | None = None
+    delay: float = 0.0
 
 
 @dataclass
@@ -110,6 +127,13 @@ class Setup:
     #: How often an operator's step is a Spark write to ``src`` (0: never,
     #: no draw).
     spark_writes: float = 0.0
+    #: How often a send (or batch) has a message group (``GROUPS``), and a
+    #: receive asks for one group (0: never, no draw).
+    groups: float = 0.0
+    #: How often a producer's step is a send with a deduplication id
+    #: (``DEDUP_IDS``), retried after an unknown outcome, sometimes with a
+    #: twin process sending the same id at once (0: never, no draw).
+    dedups: float = 0.0
 
     def body(self, actor: str) -> bytes:
         self.bodies += 1
@@ -121,21 +145,43 @@ def producer(setup: Setup, name: str, rng: random.Random, ops: int, skew: float)
     log = setup.history.log
     with setup.opener("src", clock) as q:
         for _ in range(ops):
+            if setup.dedups and rng.random() < setup.dedups:
+                _dedup_send(setup, name, rng, q)
+                continue
+            group = _group(setup, rng)
             kind = rng.random()
             if kind < 0.6:
                 body = setup.body(name)
 
-                def send(e: Event, b: bytes = body) -> None:
-                    e.queue, e.bodies = "src", [b]
-                    e.ids = [q.send(b)]
+                def send(e: Event, b: bytes = body, g: str | None = group) -> None:
+                    e.queue, e.bodies, e.groups = "src", [b], [g]
+                    # With groups in the plan, a single send has attributes
+                    # (an envelope, tagged ``_a`` without a group).
+                    e.attributes = [{"sent-as": b.decode()} if setup.groups else {}]
+                    e.ids = [q.send(b, group=g, attributes=e.attributes[0] or None)]
 
                 log(setup.scheduler, name, "send", send)
             elif kind < 0.85:
                 bodies = [setup.body(name) for _ in range(rng.randint(2, 3))]
+                # Now and then each message of a batch has a group of its own
+                # (a twin batch's messages have the batch's group).
+                own = {b: _group(setup, rng) for b in bodies} if group is not None else {}
 
-                def send_batch(e: Event, bs: list[bytes] = bodies) -> None:
+                def send_batch(
+                    e: Event,
+                    bs: list[bytes] = bodies,
+                    g: str | None = group,
+                    own: dict[bytes, str | None] = own,
+                ) -> None:
                     e.queue, e.bodies = "src", bs
-                    e.ids = q.send_batch(bs)
+                    mixed = [own.get(b, g) for b in bs]
+                    if len(set(mixed)) > 1:  # else the batch's group, for every message
+                        e.groups = mixed
+                        items = [vsqs.Outgoing(b, group=m) for b, m in zip(bs, mixed, strict=True)]
+                        e.ids = q.send_batch(items)
+                        return
+                    e.groups = [g] * len(bs)
+                    e.ids = q.send_batch(bs, group=g)
 
                 if setup.twin_batches and rng.random() < setup.twin_batches:
                     # Another thread of this Queue sends a batch at the same time.
@@ -146,11 +192,57 @@ def producer(setup: Setup, name: str, rng: random.Random, ops: int, skew: float)
             else:
                 body, delay = setup.body(name), rng.choice(DELAYS[1:])
 
-                def send_later(e: Event, b: bytes = body, d: float = delay) -> None:
-                    e.queue, e.bodies = "src", [b]
-                    e.ids = [q.send(b, delay=d)]
+                def send_later(
+                    e: Event, b: bytes = body, d: float = delay, g: str | None = group
+                ) -> None:
+                    e.queue, e.bodies, e.groups, e.delay = "src", [b], [g], d
+                    e.ids = [q.send(b, delay=d, group=g)]
 
                 log(setup.scheduler, name, "send", send_later)
+
+
+def _group(setup: Setup, rng: random.Random) -> str | None:
+    """A group for a message, or none (no draw without groups in the plan)."""
+    if setup.groups and rng.random() < setup.groups:
+        return rng.choice(GROUPS)
+    return None
+
+
+def _dedup_send(setup: Setup, name: str, rng: random.Random, q: vsqs.Queue) -> None:
+    """Send one of ``DEDUP_IDS`` (its body is the id's, as a retried job's
+    is), again while the send raises (its outcome unknown), up to three
+    times; sometimes a twin process sends the same id at the same time."""
+    scheduler = setup.scheduler
+    i = rng.randrange(len(DEDUP_IDS))
+    # A retried job keeps its group: each id has one (or none), as GROUPS lists them.
+    dedup_id, group = DEDUP_IDS[i], (*GROUPS, None)[i] if setup.groups else None
+    body = f"dedup:{dedup_id}".encode()
+
+    def send(e: Event, q: vsqs.Queue) -> str:
+        e.queue, e.bodies, e.groups, e.dedup = "src", [body], [group], dedup_id
+        e.ids = [q.send(body, group=group, dedup_id=dedup_id)]
+        return e.ids[0]
+
+    def attempts(actor: str, q: vsqs.Queue) -> None:
+        for _ in range(3):
+            if setup.history.log(scheduler, actor, "send", lambda e: send(e, q)) is not None:
+                return
+
+    if rng.random() < 0.3:
+        me = scheduler.current()
+        assert me is not None
+        twin = f"{name}-dup{len(setup.history.events)}"
+
+        def other() -> None:
+            clock = scheduler.clock(me.skew)  # its process's own clock
+            with contextlib.suppress(vsqs.VsqsError), setup.opener("src", clock) as mine:
+                attempts(twin, mine)
+
+        joined = scheduler.actor(twin, other, skew=me.skew)  # a process of its own
+        attempts(name, q)
+        scheduler.join(joined)
+        return
+    attempts(name, q)
 
 
 def _twin_batch(
@@ -196,8 +288,17 @@ def consumer(
                 continue
             vt = rng.choice(TIMEOUTS)
 
-            def receive(e: Event, n: int = rng.randint(1, 3), vt: float = vt) -> list[vsqs.Message]:
-                got = _received(e, queue, vt, lambda: q.receive_batch(n, visibility_timeout=vt))
+            n = rng.randint(1, 3)
+            # Now and then a receive of one group only (no draw without groups).
+            group = rng.choice(GROUPS) if setup.groups and rng.random() < 0.3 else None
+
+            def receive(
+                e: Event, n: int = n, vt: float = vt, group: str | None = group
+            ) -> list[vsqs.Message]:
+                e.group = group
+                got = _received(
+                    e, queue, vt, lambda: q.receive_batch(n, visibility_timeout=vt, group=group)
+                )
                 held.extend(got)
                 return got
 
@@ -217,6 +318,8 @@ def _received(
     e.bodies = [m.body for m in got]
     e.receipts = [m.receipt for m in got if m.receipt]
     e.counts = [m.receive_count for m in got]
+    e.groups = [m.group for m in got]
+    e.attributes = [m.attributes for m in got]
     return got
 
 

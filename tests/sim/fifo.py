@@ -1,0 +1,296 @@
+"""The oracle of message groups and deduplication ids (issue 29).
+
+What it checks, each on the bucket's clock with the oracle's ``tolerance``:
+
+* **one group, one holder**: no two messages of one group are held at once
+  by two receives (a batch may hold a group's consecutive messages). A
+  message is held from the return of the receive that delivered it until
+  the earliest moment its hold may have ended: the start of its ack or
+  release (a release with a delay keeps the group blocked until it is due:
+  the oracle ends the hold earlier, which only excuses more), of a purge
+  that ended after the hold began, or its expiry. Two copies of one message
+  are the business of the "two holders" check (``oracle``), not this one.
+* **a group's order**: messages of one group sent by one producer one after
+  another (one send returned before the next began, or in one batch in
+  its order) are first delivered in that order: a first delivery is the
+  earliest receive that returned the message in the source queue, by the
+  time it returned and its place in its batch; the final drain delivers
+  after every receive, in its order. Not judged, as the protocol allows
+  them out of order: a pair whose earlier message was sent with a delay (it
+  joins its group when due), or was moved between queues (dead-lettered,
+  redriven: it comes back under its old id, older than messages in flight
+  or delivered since), or that a purge may have cut (a purge ended after the
+  earlier send began, and began before the later delivery), or of a batch
+  during which a request of its sender raised (a create of unknown outcome
+  is sent again under a fresh id after the rest of its chunk), or sent with
+  a deduplication id (its id may be another send's, older).
+* **targeted receives**: a receive of one group (``group=``) returns only
+  messages of that group; **groups and attributes kept**: a message is
+  received in the group it was sent in, with the attributes it was sent
+  with (single sends have them where the plan has groups), in every queue
+  (moves keep them).
+* **one message per deduplication id in its window**: in the window that
+  the id's first record opens (from the time it names, ``dedup_window``
+  long), every send of the id that returned returns one id, and the source
+  queue gets one message of the id's body (the copies a move published of
+  it, under its id or a sibling id, are that message). Excused, a known
+  limit (``vsqs._dedup``): a record of the next slot created by a send that
+  began before the record of the slot before it landed (two sends racing
+  across a slot boundary both create). Later windows are not judged.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import NamedTuple, Protocol
+
+from vsqs import _names as names
+from vsqs._dedup import Record, parse_name
+from vsqs._envelope import dedup_token, group_token
+
+from .bucket import Change
+from .workload import Event
+
+#: A delivery's place in time: (when its receive returned, its index in the
+#: batch); the final drain's are (inf, their index in the drain).
+Place = tuple[float, int]
+
+
+class Held(Protocol):
+    """What this oracle reads of ``oracle.Hold``."""
+
+    event: Event
+    id: str
+    start: float
+    end: float
+    count: int
+    acked: Event | None
+
+
+class Found(Protocol):
+    """What this oracle reads of ``oracle.Drained``."""
+
+    queue: str
+    id: str
+
+
+class Slot(NamedTuple):
+    """A deduplication record as the bucket got it: its token and slot, when
+    its first create landed (the bucket's time) and by whom, and what it
+    recorded (the message's id, and when its window opened: ``at_ms`` on its
+    sender's measure of the bucket's clock)."""
+
+    token: str
+    slot: int
+    created: float
+    writer: str
+    record: Record
+
+
+def records_of(changes: list[Change], written: Mapping[str, bytes], prefix: str) -> list[Slot]:
+    """Every deduplication record created under ``prefix``, in order."""
+    out = []
+    for at, kind, key, writer in changes:
+        parsed = parse_name(key[len(prefix) :]) if key.startswith(prefix) else None
+        if kind != "put" or parsed is None or not parsed[2]:
+            continue
+        record = Record.decode(written[key])
+        if record is not None and all(r.token != parsed[0] or r.slot != parsed[1] for r in out):
+            out.append(Slot(parsed[0], parsed[1], at, writer, record))
+    return out
+
+
+def check_exclusive(
+    by_id: Mapping[tuple[str, str], Sequence[Held]],
+    tolerance: float,
+    add: Callable[[str], None],
+    purges: Sequence[tuple[float, float]] = (),
+) -> None:
+    """One group, one holder (the module's docstring); ``by_id``: the holds
+    of each message, after the oracle settled when each ended; ``purges``:
+    when each purge ran (it may end any hold it overlaps, from its start)."""
+    by_group: dict[tuple[str, str], list[Held]] = defaultdict(list)
+    for (queue, message_id), holds in by_id.items():
+        token = names.group_of(message_id)
+        if token is not None:
+            by_group[queue, token].extend(holds)
+    for (queue, token), holds in by_group.items():
+        holds.sort(key=lambda h: h.start)
+        for i, earlier in enumerate(holds):
+            end = earlier.end if earlier.acked is None else min(earlier.end, earlier.acked.start)
+            end = min([end, *(start for start, stop in purges if stop > earlier.start)])
+            for later in holds[i + 1 :]:
+                if later.start >= end - tolerance:
+                    break  # sorted by start: the rest start later still
+                if later.event is earlier.event or later.id == earlier.id:
+                    continue
+                add(
+                    f"group held twice: {later.id} of group {token} in {queue} returned to "
+                    f"{later.event.actor} at {later.start:.3f} while {earlier.id} of its group, "
+                    f"returned to {earlier.event.actor} at {earlier.start:.3f}, was held "
+                    f"until {end:.3f}"
+                )
+
+
+def judge(
+    events: list[Event],
+    drained: Iterable[Found],
+    add: Callable[[str], None],
+    *,
+    tolerance: float,
+    moved: set[str],
+    aliases: Mapping[str, str],
+    created: list[tuple[float, str, bytes]],
+    records: list[Slot],
+    window: float,
+    faulted: list[tuple[str, float, str]],
+) -> None:
+    """Check a finished run's groups and deduplication ids (the module's
+    docstring); ``add``: the oracle's verdict's, given each violation;
+    ``moved``: ids of messages that entered another queue; ``aliases``: the
+    sibling ids of second copies, mapped to the sent id; ``created``: each
+    message name created in the source queue (the bucket's time, id, body);
+    ``records``: every deduplication record created (``records_of``);
+    ``window``: the source queue's ``dedup_window``; ``faulted``: the
+    faults vsqs saw, by actor (``Scheduler.faulted``)."""
+    sent: dict[str, str | None] = {}  # an id's group, as its first send gave it
+    attributes: dict[str, dict[str, str]] = {}  # and its attributes, where logged
+    for e in sorted(events, key=lambda e: e.start):
+        if e.op in ("send", "send_batch") and e.ok:
+            for message_id, group in zip(e.ids, e.groups, strict=True):
+                sent.setdefault(message_id, group)
+            for message_id, attrs in zip(e.ids, e.attributes, strict=False):
+                attributes.setdefault(message_id, attrs)
+    for e in events:
+        if e.op != "receive" or not e.ok:
+            continue
+        for message_id, group, attrs in zip(e.ids, e.groups, e.attributes, strict=True):
+            if e.group is not None and names.group_of(message_id) != group_token(e.group):
+                add(f"targeted receive: {e.actor}'s receive of group {e.group} got {message_id}")
+            original = aliases.get(message_id, message_id)
+            was = sent.get(original, group)
+            if group != was:
+                add(
+                    f"group changed: {message_id}, sent in group {was}, was received in "
+                    f"{e.queue} by {e.actor} at {e.end:.3f} in group {group}"
+                )
+            if attrs != attributes.get(original, attrs):
+                add(
+                    f"attributes changed: {message_id}, sent with {attributes[original]}, was "
+                    f"received in {e.queue} by {e.actor} at {e.end:.3f} with {attrs}"
+                )
+    _check_order(events, drained, moved, faulted, add)
+    _check_dedup(events, created, records, window, tolerance, aliases, add)
+
+
+def _first_deliveries(events: list[Event], drained: Iterable[Found]) -> dict[str, Place]:
+    first: dict[str, Place] = {}
+    for e in sorted(events, key=lambda e: e.end):
+        if e.op == "receive" and e.ok and e.queue == "src":
+            for k, message_id in enumerate(e.ids):
+                first.setdefault(message_id, (e.end, k))
+    for k, d in enumerate(drained):
+        if d.queue == "src":
+            first.setdefault(d.id, (math.inf, k))
+    return first
+
+
+def _check_order(
+    events: list[Event],
+    drained: Iterable[Found],
+    moved: set[str],
+    faulted: list[tuple[str, float, str]],
+    add: Callable[[str], None],
+) -> None:
+    """A group's order (the module's docstring)."""
+    first = _first_deliveries(events, drained)
+    purges = [e for e in events if e.op == "purge"]
+    faults = defaultdict(list)
+    for actor, at, _ in faulted:
+        faults[actor].append(at)
+    # Each producer's messages of each group, in send order.
+    sent: dict[tuple[str, str], list[tuple[Event, str]]] = defaultdict(list)
+    for e in sorted(events, key=lambda e: e.start):
+        if e.op not in ("send", "send_batch") or not e.ok or e.dedup is not None:
+            continue
+        for message_id in e.ids:
+            token = names.group_of(message_id)
+            if token is not None:
+                sent[e.actor, token].append((e, message_id))
+    for (actor, token), messages in sent.items():
+        for i, (a_sent, a) in enumerate(messages):
+            if a_sent.delay or a in moved or a not in first:
+                continue
+            for b_sent, b in messages[i + 1 :]:
+                if b in moved or b not in first or first[b] > first[a]:
+                    continue
+                if b_sent is a_sent and any(
+                    a_sent.start <= at <= a_sent.end for at in faults[actor]
+                ):
+                    continue  # a create of unknown outcome went again, after the rest
+                if any(p.end > a_sent.start and p.start < first[b][0] for p in purges):
+                    continue
+                add(
+                    f"group order: {b} of group {token}, sent by {actor} after {a}, was first "
+                    f"delivered at {_when(first[b])}, before {a} at {_when(first[a])}"
+                )
+
+
+def _when(place: Place) -> str:
+    return "the drain" if place[0] == math.inf else f"{place[0]:.3f}"
+
+
+def _check_dedup(
+    events: list[Event],
+    created: list[tuple[float, str, bytes]],
+    records: list[Slot],
+    window: float,
+    tolerance: float,
+    aliases: Mapping[str, str],
+    add: Callable[[str], None],
+) -> None:
+    """One message per deduplication id in its first window (the module's docstring)."""
+    sends: dict[str, list[Event]] = defaultdict(list)
+    for e in events:
+        if e.dedup is not None:
+            sends[e.dedup].append(e)
+    for dedup_id, tried in sends.items():
+        slots = sorted((r for r in records if r.token == dedup_token(dedup_id)), key=_slot)
+        if not slots:
+            continue  # no send got as far as its record
+        closes = slots[0].record.at_ms / 1000 + window - tolerance
+        raced = _raced(slots, events)
+        returned = sorted({e.ids[0] for e in tried if e.ok and e.end < closes} - raced)
+        if len(returned) > 1:
+            add(f"dedup id {dedup_id!r}: sends in its window returned {returned}")
+        body = tried[0].bodies[0]
+        made = {aliases.get(i, i) for at, i, b in created if b == body and at < closes}
+        if len(made - raced) > 1:
+            add(
+                f"dedup id {dedup_id!r}: {len(made)} messages created in its window: {sorted(made)}"
+            )
+
+
+def _slot(record: Slot) -> int:
+    return record.slot
+
+
+def _raced(slots: list[Slot], events: list[Event]) -> set[str]:
+    """The ids of records that a send created across a slot boundary, racing
+    the send that created the slot before (the known limit in the module's
+    docstring): its send began before that record landed, or is unknown."""
+    out = set()
+    for before, record in itertools.pairwise(slots):
+        if record.slot != before.slot + 1:
+            continue
+        by = [
+            e
+            for e in events
+            if e.actor == record.writer and e.dedup is not None and e.start <= record.created
+        ]
+        if not record.writer or any(e.start < before.created for e in by[-1:]):
+            out.add(record.record.id)
+    return out
