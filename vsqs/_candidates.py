@@ -137,10 +137,12 @@ class Candidates:
 
     def admit(self, name: str, token: str, mine: set[str]) -> bool:
         """Whether a candidate of group ``token`` may be claimed: its group is
-        open in this view, or held by this very receive (``mine``: a batch
-        takes a group's consecutive messages). Else it is parked."""
+        open in this view, or held only by this very receive (``mine``: the
+        names it claimed; a batch takes a group's consecutive messages).
+        Else it is parked."""
         groups = self.groups
-        if token not in groups.blocked and (token not in groups.held or token in mine):
+        held = groups.held.get(token)
+        if token not in groups.blocked and (held is None or held <= mine):
             return True
         groups.park(token, name)
         return False

@@ -75,8 +75,9 @@ class Claims(View):
         # the same batch.
         claimed_ids: set[str] = set()
         later: list[tuple[str, int]] = []
-        mine: set[str] = set()  # groups this call holds: it may take their next messages
-        held: list[str] = []  # names this call claimed (they hold their groups at once)
+        # Grouped names this call claimed: they hold their groups at once, and
+        # this call may take their groups' next messages.
+        mine: set[str] = set()
         relists = 0
         wide = self._store.renames_cost_requests
         failure: Exception | None = None
@@ -92,7 +93,7 @@ class Claims(View):
                         self._candidates.restore(deferred)
                         break
                     won = self._rename(plans)
-                    self._hold_groups(won, mine, held, deferred)
+                    self._hold_groups(won, mine, deferred)
                 claimed_ids.update(plan.id for plan in won)
                 failure = self._read(won, max_receives, exhausted, max_size, out, later)
         except OSError as exc:  # a later listing or claim of the batch
@@ -102,7 +103,7 @@ class Claims(View):
                 for name, expiry in later:
                     self._candidates.add_invisible(name, expiry)
                 left = {name for name, _ in later}
-                for name in held:  # given back, or gone: no longer held here
+                for name in mine:  # given back, or gone: no longer held here
                     if name not in left:
                         self._candidates.groups.drop(name)
         if failure is not None:
@@ -117,9 +118,7 @@ class Claims(View):
             )
         return self._unexpired(out) if vt_ms else out
 
-    def _hold_groups(
-        self, won: list[Plan], mine: set[str], held: list[str], deferred: list[str]
-    ) -> None:
+    def _hold_groups(self, won: list[Plan], mine: set[str], deferred: list[str]) -> None:
         """Claims won hold their groups at once (for every receive of this
         client); a group's next messages deferred behind a claim of this round
         are candidates again if it was won (caller holds the lock)."""
@@ -130,11 +129,11 @@ class Claims(View):
                 groups.hold(plan.held)
                 if self._candidates.fed:
                     groups.taken.add(plan.candidate)  # the feed will report it left
-                mine.add(token)
-                held.append(plan.held)
+                mine.add(plan.held)
+        won_groups = {names.group_of(plan.id) for plan in won}
         for name in deferred:
             token = token_of(name)
-            if token in mine:
+            if token in won_groups:
                 self._candidates.restore([name])
             elif token is not None:
                 groups.block(token)

@@ -35,6 +35,7 @@ a record that is consulted again.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Callable
 from contextlib import suppress
@@ -48,6 +49,8 @@ from ._inspect import RESTAMP_AFTER
 from ._publish import publish
 from .stores._base import Store, TooLarge
 
+log = logging.getLogger("vsqs")
+
 RECORD_SUFFIX = ".dedup"
 SENT_SUFFIX = ".sent"
 #: A record whose message is not marked sent after this long (ms) is
@@ -59,9 +62,10 @@ _NAME_RE = re.compile(r"([0-9a-f]{32})\.(0|[1-9][0-9]{0,12})(\.dedup|\.sent)")
 #: Rounds of read and create a send tries before it gives up.
 ATTEMPTS = 8
 
-#: ``publish(message_id, data, delay_ms)``: publish a message under this id
-#: (a taken name is no error: it was published).
-Publish = Callable[[str, bytes, int], None]
+#: ``publish(message_id, data, delay_ms)``: publish a message under this id;
+#: whether it did (not if a name of it was there, or its create's outcome
+#: is unknown: a burned name may land later).
+Publish = Callable[[str, bytes, int], bool]
 
 
 class Record(NamedTuple):
@@ -142,9 +146,11 @@ class Deduplicator:
         """Send ``data`` as ``message_id`` (by ``publish``) unless ``dedup_id``
         was sent within the window; return the id of the message of ``dedup_id``."""
         claim = self.claim(dedup_id, message_id, data, delay_ms, publish)
-        # Too slow to publish safely (not in time): a duplicate or gc() will.
-        if claim.sent_mark is not None and self.in_time(claim):
-            publish(message_id, data, delay_ms)
+        # Too slow to publish safely (not in time), or not known to be
+        # published (a burned create may land): a duplicate or gc() decides
+        # after the fence, from the names of the id.
+        published = claim.sent_mark is not None and self.in_time(claim)
+        if published and publish(message_id, data, delay_ms):
             self.sent(claim)
         return claim.id
 
@@ -179,9 +185,25 @@ class Deduplicator:
         return self._clock.now_ms() - claim.at_ms <= FENCE_MS // 2
 
     def sent(self, claim: Claim) -> None:
-        """Mark a claim's message published (no one rolls it forward then)."""
-        if claim.sent_mark is not None:
-            self._create(claim.sent_mark, b"")
+        """Mark a claim's message published (no one rolls it forward then),
+        trying again on errors: a record left unmarked is published again by
+        a roll forward if its message was received and deleted meanwhile."""
+        if claim.sent_mark is None:
+            return
+        for attempt in range(ATTEMPTS):
+            try:
+                self._create(claim.sent_mark, b"")
+                return
+            except OSError as exc:
+                if attempt == ATTEMPTS - 1:
+                    log.warning(
+                        "%s: could not mark %s sent (%s): a roll forward may publish it "
+                        "again after %d s if it is deleted by then",
+                        self._store.url,
+                        claim.id,
+                        exc,
+                        FENCE_MS // 1000,
+                    )
 
     def _duplicate(self, record: Record, token: str, slot: int, publish: Publish) -> str:
         """A send of a recorded id: the first message's id. If that message's

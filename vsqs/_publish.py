@@ -17,8 +17,8 @@ from ._inspect import RESTAMP_AFTER
 from ._outgoing import Prepared
 from .stores._base import Store
 
-#: ``publish(message_id, data, delay_ms)`` under that very id.
-PublishAs = Callable[[str, bytes, int], None]
+#: ``publish(message_id, data, delay_ms)`` under that very id; whether it did.
+PublishAs = Callable[[str, bytes, int], bool]
 #: ``dedup(dedup_id, message_id, data, delay_ms, publish)``: send the message
 #: unless its deduplication id was sent within the window; the id of the
 #: id's message (:meth:`vsqs._dedup.Deduplicator.send`).
@@ -302,11 +302,13 @@ class Publisher:
                 pass
         raise StorageError(f"could not publish a message under {SEND_ATTEMPTS} fresh ids")
 
-    def publish_as(self, message_id: str, data: bytes, delay_ms: int) -> None:
+    def publish_as(self, message_id: str, data: bytes, delay_ms: int) -> bool:
         """See :func:`publish_as`; this client's receives see it at once."""
         visible_at = self._clock.expiry_ms(delay_ms) if delay_ms else None
-        if publish_as(self._store, self._durable, message_id, data, visible_at):
-            self._published(names.published_name(message_id, visible_at), visible_at)
+        if not publish_as(self._store, self._durable, message_id, data, visible_at):
+            return False
+        self._published(names.published_name(message_id, visible_at), visible_at)
+        return True
 
     def send_batch(self, items: list[Prepared], delay_ms: int) -> list[str]:
         """Stage every message, make them durable with one sync, then publish

@@ -168,6 +168,10 @@ class View:
             # a listing without a feed (docs/format.md, "FIFO").
             listing = _without_feed(listing, now_ms, c.young)
         c.refresh(listing, token, during, started, self._clock.elapsed())
+        for message_id in store.moving:  # another client's move under way: in flight
+            group = names.group_of(message_id)
+            if group is not None:
+                c.groups.block(group)
         if listing.stale_new:
             collect_stale_new(store, listing.stale_new, store.url)
 

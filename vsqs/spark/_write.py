@@ -204,9 +204,10 @@ class QueueWriter(DataSourceWriter):
                 firsts.setdefault(dedup_ids[i], i)
         durable, clock = self.options.durable, store.ms_clock(time.time)
 
-        def publish(message_id: str, data: bytes, delay: int) -> None:
+        def publish(message_id: str, data: bytes, delay: int) -> bool:
             """A record whose sender died is published from it (a roll forward)."""
-            publish_as(store, durable, message_id, data, clock.expiry_ms(delay) if delay else None)
+            at = clock.expiry_ms(delay) if delay else None
+            return publish_as(store, durable, message_id, data, at)
 
         def record(item: tuple[str, str]) -> Claim:
             data = store.read(names.new_name(item[1]))

@@ -12,6 +12,7 @@ import errno
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from contextlib import AbstractContextManager, nullcontext
 from typing import ClassVar, TypeVar
 
@@ -105,6 +106,11 @@ class Store(ABC):
     unique_names: ClassVar[bool] = False
 
     url: str
+    #: Ids of messages that the last :meth:`list` so far hid because another
+    #: client's move of them (a claim, release or delete) was under way: in
+    #: flight for all a receiver can tell, so their groups stay closed
+    #: (object stores; nothing elsewhere, where a rename is one step).
+    moving: AbstractSet[str] = frozenset()
     #: Calls of :meth:`wake` so far (the default :meth:`wait_for_change` watches it).
     _wakes: int = 0
 
@@ -297,8 +303,9 @@ class Store(ABC):
         return bool(self.change_token() != token)
 
     def changes(self, name_length: int) -> Changes | None:
-        """``(name, appeared)`` for every name without a dot of at most ``name_length`` characters that
-        appeared in (created, renamed into) or was renamed away from the
+        """``(name, appeared)`` for every name without a dot of at most
+        ``name_length`` characters that appeared in (created, renamed into) or
+        was renamed away from the
         namespace since the previous call, in the order it happened.
         Deletions need not be reported.
 

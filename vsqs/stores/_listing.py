@@ -96,6 +96,8 @@ class ObjectListing(ObjectMoves):
         self._ages.check()
         if self._pending():
             self._send_deletions()
+        moving: set[str] = set()
+        self.moving = moving  # filled as the listing goes: it may stop early
         group: Group = []
         group_id = ""
         floors: dict[str, str] = {}  # nonce -> lowest floor id of its batches being sent
@@ -115,10 +117,10 @@ class ObjectListing(ObjectMoves):
                     floors.setdefault(floor[-names.NONCE_LEN :], floor)
                 continue
             if name[: names.ID_LEN] != group_id:
-                yield from _unsent(self._settle(group, settle), floors)
+                yield from _unsent(self._settle(group, settle, moving), floors)
                 group, group_id = [], name[: names.ID_LEN]
             group.append((name, modified))
-        yield from _unsent(self._settle(group, settle), floors)
+        yield from _unsent(self._settle(group, settle, moving), floors)
         if not prefix:  # the whole queue: sightings of names gone since are forgotten
             self._ages.keep_sightings(aged_names)
 
@@ -163,14 +165,15 @@ class ObjectListing(ObjectMoves):
 
         return [name for name in self._settle(group, True) if a_copy(name)]
 
-    def _settle(self, group: Group, settle: bool) -> Names:
+    def _settle(self, group: Group, settle: bool, moving: set[str] | None = None) -> Names:
         """The shown names of one id's objects (all of its keys are adjacent).
 
         * a marked source is hidden, and so is its marker's target while the
           source exists;
         * a marked source whose marker is older than ``FINISH_AFTER`` is
           finished: copied to its target unless listed, then deleted; its
-          target is shown from then on;
+          target is shown from then on; the ids of moves not finished go to
+          ``moving``;
         * a marker whose source is not listed is spent: once older than
           ``FINISH_AFTER`` and its source confirmed gone, it is collected.
 
@@ -189,6 +192,10 @@ class ObjectListing(ObjectMoves):
             for source, modified in marked.items()
         ]
         hidden.update(move.target for move in moves if move.target is not None)
+        if moving is not None:  # ids hidden by moves under way (Store.moving)
+            moving.update(
+                names.id_of(m.source) for m in moves if m.source in present and not m.finished
+            )
         if settle:  # moves under way or abandoned count under the name they leave
             hidden -= {move.source for move in moves if move.source in present and not move.gone}
         shown = [n for n, _ in group if n not in hidden]
