@@ -133,6 +133,14 @@ class Settler:
                 f"cannot {what}: {receipt} has no name left but the one to release it to "
                 "(docs/format.md, names): release or delete it"
             )
+        lapsed = (parsed.expiry_ms or 0) <= self._clock.now_ms()
+        if holds and parsed.group is not None and lapsed:
+            # Its group was free once its timeout ran out: another message of
+            # it may be in flight now, which an extend would not see.
+            raise ReceiptExpired(
+                f"cannot {what}: the visibility timeout of {receipt} ran out, and its group "
+                "may have moved on (docs/groups.md)"
+            )
         new = names.next_name(parsed, expiry_ms, parsed.receive_count)
         with storage_errors(f"{what} in {self._owner.url}"):
             try:

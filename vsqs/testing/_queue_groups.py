@@ -150,6 +150,24 @@ class GroupTests:
             again = q.receive_batch(10)
             assert [(m.id, m.receive_count) for m in again] == [(a1, 3), (a2, 1)]
 
+    def test_a_lapsed_hold_of_a_group_cannot_be_extended_back(
+        self, q: vsqs.Queue, clock: FakeClock
+    ) -> None:
+        """Once a message's timeout ran out its group was free, and another of
+        its messages may be in flight (a delayed head due meanwhile): an
+        extend would hold two at once. It raises; a delete still works."""
+        late = q.send(b"late", group="a", delay=2)
+        early = q.send(b"early", group="a")
+        held = q.receive(visibility_timeout=1)
+        assert held is not None and held.id == early
+        clock.advance(2)
+        head = q.receive(visibility_timeout=30)  # the delayed one, older, is due: it leads
+        assert head is not None and head.id == late
+        with pytest.raises(vsqs.ReceiptExpired, match="group may have moved on"):
+            held.extend(30)
+        held.delete()  # an ack after the timeout is no hold
+        assert q.receive() is None  # the head is still held
+
     def test_an_expired_head_is_delivered_again_before_the_rest_of_its_group(
         self, q: vsqs.Queue, store: vsqs.Store, clock: FakeClock
     ) -> None:
