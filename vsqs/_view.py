@@ -17,6 +17,7 @@ import math
 from . import _forks
 from . import _names as names
 from ._candidates import Candidates, Listing, Unreadable
+from ._groups import token_of
 from ._inspect import collect_stale_new, stale_new_before
 from .stores._base import Store
 
@@ -111,13 +112,21 @@ class View:
                 relists += 1
                 continue
             name = c.take() if target is None else c.take_group(target)
-            if name is None and target is not None and relists == 0 and may_list:
-                # The others' candidates are not this group's: look again once.
+            if name is None and target is not None and may_list and self._look_for(target, relists):
                 self._relist(now, target)
                 relists += 1
                 continue
             if name is None or name not in c.gone:  # gone: the feed saw another take it
                 return name, relists, now
+
+    def _look_for(self, target: str, relists: int) -> bool:
+        """Whether a receive from group ``target`` that found none of its
+        candidates lists (again): once per call (the others' candidates are
+        not this group's), and a second time for a second look at its young
+        names (caller holds the lock)."""
+        if relists == 0:
+            return True
+        return relists == 1 and any(token_of(name) == target for name in self._candidates.young)
 
     def _found_nothing(self, relists: int) -> bool:
         """Whether this call's listing of a polled store found no candidate and
