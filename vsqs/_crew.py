@@ -15,7 +15,16 @@ from . import _forks
 from ._errors import VsqsError
 from ._message import Message, give_back
 from ._options import ConsumePlan
-from ._worker import ConsumePacing, Heartbeat, Run, WorkerQueue, failure_log, interruptible, settle
+from ._worker import (
+    POLL,
+    ConsumePacing,
+    Heartbeat,
+    Run,
+    WorkerQueue,
+    failure_log,
+    interruptible,
+    settle,
+)
 
 log = logging.getLogger("vsqs")
 
@@ -109,20 +118,23 @@ class Crew:
                 else:
                     self._lane(lane)
         with self._changed:
-            self._changed.wait_for(lambda: not self._in_hand or self._error is not None)
-            self._raise()
+            self._wait(lambda: not self._in_hand)
 
     def _room(self) -> tuple[float, int] | None:
         """Once a slot is free: how long the next receive may wait and how
         many it may take; ``None`` to stop."""
         with self._changed:
             size = self._plan.concurrency
-            self._changed.wait_for(lambda: self._in_hand < size or self._error is not None)
-            self._raise()
+            self._wait(lambda: self._in_hand < size)
             wait = self._pacing.next_wait()
             return None if wait is None else (wait, self._pacing.room(size - self._in_hand))
 
-    def _raise(self) -> None:
+    def _wait(self, ready: Callable[[], bool]) -> None:
+        """Wait (holding the lock) until ``ready()``; raise an error out of a
+        thread. In steps of :data:`POLL`: a signal that the kernel handed to
+        another thread runs its Python handler here, when this thread wakes."""
+        while not self._changed.wait_for(lambda: ready() or self._error is not None, POLL):
+            pass
         if self._error is not None:
             raise self._error
 
