@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Generic, ParamSpec, TypeVar
+from typing import Any, Generic, ParamSpec, TypedDict, TypeVar, Unpack
 
 from . import _message, _queue
 from ._aio_sigterm import sigterm_cancels
@@ -52,6 +52,24 @@ Handler = Callable[["Message"], object]
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
+
+
+class SendOptions(TypedDict, total=False):
+    """The keyword arguments of :meth:`vsqs.Queue.send`, which gives their defaults."""
+
+    delay: float
+    group: str | None
+    dedup_id: str | None
+    attributes: Mapping[str, str] | None
+
+
+class SendBatchOptions(TypedDict, total=False):
+    """The keyword arguments of :meth:`vsqs.Queue.send_batch`, which gives their defaults."""
+
+    delay: float
+    group: str | None
+    dedup_ids: Iterable[str | None] | None
+    attributes: Mapping[str, str] | None
 
 
 class _Mirror(Generic[_T]):
@@ -179,40 +197,20 @@ class Queue:
         return f"vsqs.aio.Queue({self.url!r})"
 
     # -------------------------------------------------------------- methods
-    async def send(
-        self,
-        body: Body,
-        *,
-        delay: float = 0,
-        group: str | None = None,
-        dedup_id: str | None = None,
-        attributes: Mapping[str, str] | None = None,
-    ) -> str:
-        """See :meth:`vsqs.Queue.send`."""
+    async def send(self, body: Body, **options: Unpack[SendOptions]) -> str:
+        """See :meth:`vsqs.Queue.send` (the same keyword arguments)."""
         queue = await self.open()
-        return await self._call(
-            queue.send, body, delay=delay, group=group, dedup_id=dedup_id, attributes=attributes
-        )
+        return await self._call(queue.send, body, **options)
 
     async def send_batch(
-        self,
-        bodies: Iterable[Body | Outgoing],
-        *,
-        delay: float = 0,
-        group: str | None = None,
-        dedup_ids: Iterable[str | None] | None = None,
-        attributes: Mapping[str, str] | None = None,
+        self, bodies: Iterable[Body | Outgoing], **options: Unpack[SendBatchOptions]
     ) -> list[str]:
-        """See :meth:`vsqs.Queue.send_batch`."""
+        """See :meth:`vsqs.Queue.send_batch` (the same keyword arguments); the
+        iterables are read here, in the caller's thread."""
         queue = await self.open()
-        return await self._call(
-            queue.send_batch,
-            list(bodies),  # iterables are read here, in the caller's thread
-            delay=delay,
-            group=group,
-            dedup_ids=None if dedup_ids is None else list(dedup_ids),
-            attributes=attributes,
-        )
+        if (dedup_ids := options.get("dedup_ids")) is not None:
+            options["dedup_ids"] = list(dedup_ids)
+        return await self._call(queue.send_batch, list(bodies), **options)
 
     async def receive(
         self,
