@@ -21,6 +21,8 @@ import pytest
 
 import vsqs
 import vsqs.aio
+from vsqs import _names as names
+from vsqs.testing import FakeClock
 
 #: How long a test waits for what must come (a hang guard, never reached).
 GUARD = 60.0
@@ -159,6 +161,64 @@ def test_a_failure_gives_back_the_rest_of_its_lane_behind_the_groups_head(tmp_pa
     assert done == 3
     assert seen == [(b"G-0", 1), (b"G-0", 2), (b"G-1", 1), (b"G-2", 1)]
     assert (q.stats().ready, q.stats().in_flight) == (0, 0)
+
+
+class CountsExtends(vsqs.MemoryStore):
+    """A ``MemoryStore`` that counts the extends (moves of a held name to a
+    later expiry) of each message, and says when one is done."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.extends: dict[str, int] = defaultdict(int)
+        self.changed = threading.Condition()
+
+    def rename(self, src: str, dst: str) -> None:
+        super().rename(src, dst)
+        held, later = names.parse(src), names.parse(dst)
+        if held and later and held.expiry_ms is not None and later.expiry_ms is not None:
+            with self.changed:
+                self.extends[held.id] += 1
+                self.changed.notify_all()
+
+
+def test_the_heartbeat_keeps_a_message_waiting_behind_its_group_mate_hidden() -> None:
+    """G-0 and G-1 come in one batch; G-0's handler returns only once G-1,
+    which waits behind it, was extended twice: its visibility timeout (1.5 s)
+    was renewed while it was not handled yet, so it is handled once, on its
+    first receive."""
+    store = CountsExtends()
+    q = vsqs.Queue(store, visibility_timeout=1.5)
+    send_groups(q, "G", 2)
+    seen: list[tuple[bytes, int]] = []
+
+    def handler(message: vsqs.Message) -> None:
+        seen.append((message.body, message.receive_count))
+        if message.body == b"G-0":
+            assert q.peek(10) == []  # G-1 is held too
+            with store.changed:
+                assert store.changed.wait_for(
+                    lambda: any(n >= 2 for i, n in store.extends.items() if i != message.id),
+                    GUARD,
+                ), dict(store.extends)
+
+    assert q.consume(handler, concurrency=4, max_messages=2) == 2
+    assert seen == [(b"G-0", 1), (b"G-1", 1)]
+
+
+def test_a_concurrent_consume_of_failing_messages_ends_when_idle(clock: FakeClock) -> None:
+    """A failure is not activity, with handlers side by side too (their
+    retries wait longer than the clock ever moves here)."""
+    q = vsqs.Queue(vsqs.MemoryStore(), clock=clock, visibility_timeout=3600)
+    q.send_batch([b"bad", b"bad too"])
+
+    def handler(message: vsqs.Message) -> None:
+        clock.advance(10)  # past the idle timeout
+        raise RuntimeError("bad")
+
+    assert q.consume(handler, concurrency=4, idle_timeout=5, retry_delay=300) == 0
+    assert q.peek(10) == []  # both released, to be retried after their delay
+    clock.advance(301)
+    assert sorted(m.receive_count for m in q.receive_batch(10)) == [2, 2]
 
 
 def test_max_messages_bounds_what_concurrent_handlers_receive(tmp_path: Path) -> None:
