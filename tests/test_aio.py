@@ -496,3 +496,16 @@ def test_a_cancelled_concurrent_consume_releases_every_message_in_hand(
         )
         for r in caplog.records
     )
+
+
+def test_concurrent_receivers_take_no_more_than_max_messages(tmp_path: Path) -> None:
+    """Each receiver counts its message before it receives: four side by side
+    never take a seventh of ``max_messages=6``."""
+
+    async def main() -> tuple[int, int]:
+        async with vsqs.aio.Queue(tmp_path / "q", visibility_timeout=600) as q:
+            await q.send_batch([f"m{i}".encode() for i in range(10)])
+            done = await q.consume(lambda m: None, concurrency=4, max_messages=6)
+            return done, (await q.stats()).ready
+
+    assert asyncio.run(main()) == (6, 4)
