@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import threading
 import time
@@ -379,3 +380,135 @@ def test_closing_the_facade_ends_a_long_poll_on_a_polled_store_at_once(
         await close_under_a_long_poll(q, waiting)
 
     asyncio.run(main())
+
+
+def test_groups_dedup_ids_and_attributes_go_through_the_asyncio_facade(tmp_path: Path) -> None:
+    """The arguments of issue 29, as the sync ``Queue`` takes them. (The
+    receives wait: on a directory, a targeted receive with ``wait=0`` right
+    after the sends was seen to find nothing now and then, in the sync
+    ``Queue`` too.)"""
+
+    async def main() -> None:
+        async with vsqs.aio.Queue(
+            tmp_path / "q", visibility_timeout=600, dedup_window=60, content_dedup=True
+        ) as q:
+            config = (await q.open()).config
+            assert (config.dedup_window, config.content_dedup) == (60, True)
+            first = await q.send(b"a", group="g", dedup_id="d1", attributes={"k": "v"})
+            assert await q.send(b"other body", dedup_id="d1") == first  # a duplicate
+            assert await q.send(b"a", group="g") != first  # another id: not the body's
+            sent = await q.send_batch(
+                iter([b"b", vsqs.Outgoing(b"c", group="h", attributes={"x": "y"})]),
+                group="g",
+                dedup_ids=iter(["d2", None]),
+                attributes={"k": "w"},
+            )
+            assert await q.send_batch([b"b"], dedup_ids=["d2"]) == sent[:1]
+            assert await q.send(b"c") == sent[1]  # content_dedup: the body's hash
+
+            h = await q.receive(group="h", wait=30)  # targeted: the head of h, not of g
+            assert h is not None and (h.id, h.group, h.attributes) == (sent[1], "h", {"x": "y"})
+            got = await q.receive_batch(10, wait=30)
+            assert [(m.body, m.group, m.attributes, m.dedup_id) for m in got] == [
+                (b"a", "g", {"k": "v"}, "d1"),
+                (b"a", "g", {}, hashlib.sha256(b"a").hexdigest()),  # content_dedup's
+                (b"b", "g", {"k": "w"}, "d2"),
+            ]
+            assert await q.receive(group="g") is None  # g is in flight
+            for message in [h, *got]:
+                await message.delete()
+
+    asyncio.run(main())
+
+
+def test_consume_runs_up_to_concurrency_handlers_keeping_each_groups_order(
+    tmp_path: Path,
+) -> None:
+    """Four receivers side by side: the first four handlers wait at a
+    barrier of four (only four at once pass it); a group's messages never
+    run side by side (a grouped handler stays a moment, to be seen if one
+    did) and run in send order."""
+    order: dict[str | None, list[bytes]] = {}
+    overlaps: list[bytes] = []
+
+    async def main() -> int:
+        async with vsqs.aio.Queue(tmp_path / "q", visibility_timeout=600) as q:
+            for i in range(3):
+                for g in "ABCDE":
+                    await q.send(f"{g}-{i}".encode(), group=g)
+            barrier = asyncio.Barrier(4)
+            running: set[str | None] = set()
+            started = 0
+
+            async def handler(message: vsqs.aio.Message) -> None:
+                nonlocal started
+                started += 1
+                if started <= 4:
+                    await asyncio.wait_for(barrier.wait(), 60)  # a hang guard
+                if message.group in running:
+                    overlaps.append(message.body)
+                running.add(message.group)
+                order.setdefault(message.group, []).append(message.body)
+                await asyncio.sleep(0.05)  # decides nothing when the rule holds
+                running.discard(message.group)
+
+            done = await q.consume(handler, concurrency=4, max_messages=15)
+            assert ((await q.stats()).ready, (await q.stats()).in_flight) == (0, 0)
+        return done
+
+    assert asyncio.run(main()) == 15
+    assert overlaps == []
+    assert order == {g: [f"{g}-{i}".encode() for i in range(3)] for g in "ABCDE"}
+
+
+def test_a_cancelled_concurrent_consume_releases_every_message_in_hand(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def main() -> None:
+        async with vsqs.aio.Queue(tmp_path / "q", visibility_timeout=600) as q:
+            await q.send_batch([f"m{i}".encode() for i in range(6)])
+            all_in = asyncio.Event()
+            held: list[str] = []
+
+            async def handler(message: vsqs.aio.Message) -> None:
+                held.append(message.id)
+                if len(held) == 4:
+                    all_in.set()
+                await asyncio.Event().wait()  # until cancelled
+
+            consuming = asyncio.create_task(q.consume(handler, concurrency=4))
+            await asyncio.wait_for(all_in.wait(), 60)
+            consuming.cancel()
+            with (
+                caplog.at_level(logging.WARNING, logger="vsqs"),
+                pytest.raises(asyncio.CancelledError),
+            ):
+                await consuming
+            stats = await q.stats()
+            assert (stats.ready, stats.in_flight) == (6, 0)
+            again = await q.receive_batch(6)
+            assert sorted((m.id, m.receive_count) for m in again if m.id in held) == sorted(
+                (i, 2) for i in held
+            )
+
+    asyncio.run(main())
+    assert any(
+        r.getMessage().endswith(
+            "consume stopped by CancelledError: handled 0 (0 succeeded), "
+            "released 4 in hand (visible again now)"
+        )
+        for r in caplog.records
+    )
+
+
+def test_concurrent_receivers_take_no_more_than_max_messages(tmp_path: Path) -> None:
+    """Each receiver counts its message before it receives: four side by side
+    never take a seventh of ``max_messages=6``."""
+
+    async def main() -> tuple[int, int]:
+        async with vsqs.aio.Queue(tmp_path / "q", visibility_timeout=600) as q:
+            await q.send_batch([f"m{i}".encode() for i in range(10)])
+            done = await q.consume(lambda m: None, concurrency=4, max_messages=6)
+            return done, (await q.stats()).ready
+
+    assert asyncio.run(main()) == (6, 4)

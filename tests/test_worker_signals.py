@@ -106,6 +106,44 @@ def test_a_stopped_worker_releases_what_it_holds_and_says_so_once(
     assert q.stats().ready == 0
 
 
+def concurrent(worker: str) -> str:
+    """``worker`` with ``concurrency=4`` (its threads each say what they hold in one write)."""
+    return worker.replace("consume(handle)", "consume(handle, concurrency=4)").replace(
+        'print("holding", message.id, flush=True)',
+        'sys.stdout.write(f"holding {message.id}\\n"); sys.stdout.flush()',
+    )
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize(
+    ("worker", "sent", "exit_status", "stopped_by"),
+    [
+        (WORKER, signal.SIGINT, -signal.SIGINT, "KeyboardInterrupt"),
+        (WORKER, signal.SIGTERM, 143, "SIGTERM"),
+        (AIO_WORKER, signal.SIGINT, -signal.SIGINT, "CancelledError"),
+        (AIO_WORKER, signal.SIGTERM, 143, "SIGTERM"),
+    ],
+    ids=["sync-SIGINT", "sync-SIGTERM", "aio-SIGINT", "aio-SIGTERM"],
+)
+def test_a_stopped_concurrent_worker_releases_every_message_in_hand(
+    tmp_path: Path, worker: str, sent: signal.Signals, exit_status: int, stopped_by: str
+) -> None:
+    """Four handlers hold the four slow messages (the quick ones, received
+    before them, are done: at most four are in hand); the signal releases
+    all four at once."""
+    q = vsqs.Queue(tmp_path / "jobs", visibility_timeout=3600)
+    q.send_batch([b"quick", b"quick", b"slow", b"slow", b"slow", b"slow"])
+    held, status, err = stopped_while_holding(concurrent(worker), [q.url, "default"], 4, sent)
+    assert status == exit_status, err
+    (line,) = [line for line in err.splitlines() if "consume stopped" in line] or [err]
+    assert line == (
+        f"{q.url}: consume stopped by {stopped_by}: handled 2 (2 succeeded), "
+        "released 4 in hand (visible again now)"
+    ), err
+    again = q.receive_batch(10)  # an hour before their visibility timeout
+    assert sorted((m.id, m.receive_count) for m in again) == sorted((i, 2) for i in held)
+
+
 def stopped_while_holding(
     worker: str, argv: list[str], holding: int, signum: int
 ) -> tuple[list[str], int, str]:

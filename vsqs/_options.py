@@ -24,6 +24,7 @@ from ._config import (
     DEFAULT_MAX_RETRY_DELAY,
     DEFAULT_RETRY_DELAY,
     QueueConfig,
+    positive_int,
     retry_delays,
     retry_seconds,
     seconds,
@@ -81,6 +82,7 @@ class ConsumePlan:
     max_messages: int | None
     idle_timeout: float | None
     stop: Stop | None
+    concurrency: int = 1
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,8 @@ class ConsumeOptions:
 
     ``visibility_timeout``, ``retry_delay`` and ``max_retry_delay`` not given
     are the queue's; ``jitter`` not given is ``random.random``;
-    ``max_messages``, ``idle_timeout`` and ``stop`` not given set no limit.
+    ``max_messages``, ``idle_timeout`` and ``stop`` not given set no limit;
+    ``concurrency`` (handlers at once) is 1 unless given.
     Each value given is checked here, before anything is received: a bad one
     raises a one-line :class:`InvalidArgument` naming it.
     """
@@ -101,6 +104,7 @@ class ConsumeOptions:
     retry_delay: float | None = None
     max_retry_delay: float | None = None
     jitter: Callable[[], float] | None = None
+    concurrency: int | None = None
 
     def __post_init__(self) -> None:
         if self.visibility_timeout is not None:
@@ -110,6 +114,8 @@ class ConsumeOptions:
         count = self.max_messages
         if count is not None and (type(count) is not int or count < 0):  # no bool, no float
             raise InvalidArgument(f"max_messages must be an int of at least 0, not {count!r}")
+        if self.concurrency is not None:
+            positive_int(self.concurrency, "concurrency")
         if self.stop is not None and not callable(getattr(self.stop, "is_set", None)):
             raise InvalidArgument(f"stop must be an Event, not {type(self.stop).__name__}")
         for name in ("retry_delay", "max_retry_delay"):
@@ -133,6 +139,7 @@ class ConsumeOptions:
             max_messages=self.max_messages,
             idle_timeout=None if self.idle_timeout is None else float(self.idle_timeout),
             stop=self.stop,
+            concurrency=1 if self.concurrency is None else self.concurrency,
         )
 
 

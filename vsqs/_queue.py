@@ -5,7 +5,7 @@ It checks its arguments and that it is open, and delegates each concern to
 its own module below it: opening and the admin operations (:mod:`._admin`),
 publishing (:mod:`._publish`), receiving (:mod:`._receiver`), settling
 receipts (:mod:`._settle`), dead letters (:mod:`._dead_letter`) and the
-worker loop (:mod:`._worker`).
+worker loop (:mod:`._crew`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from types import TracebackType
 from typing import Any
 
 from . import _admin as admin
+from . import _crew as crew
 from . import _inspect as inspect
-from . import _worker as worker
 from ._config import (
     ENV_DURABLE,
     ENV_MAX_POLL_INTERVAL,
@@ -465,23 +465,21 @@ class Queue:
         retry_delay: float | None = None,
         max_retry_delay: float | None = None,
         jitter: Callable[[], float] | None = None,
+        concurrency: int = 1,
     ) -> int:
-        """Run ``handler`` on messages one at a time; return how many succeeded
-        (docs/workers.md tells it whole).
+        """Run ``handler`` on messages, up to ``concurrency`` at once (in
+        threads when more than 1); return how many succeeded. A group's
+        messages are handled in order and never side by side.
 
-        While the handler runs, a heartbeat thread extends the message's
-        visibility every third of the visibility timeout. When the handler
-        returns, the message is deleted; when it raises an ``Exception``, it
-        is released to be retried after a backoff: for a message received
-        ``n`` times, ``step = min(max_retry_delay, retry_delay * 2 ** (n - 1))``
-        and the delay is ``step / 2 + jitter() * step / 2`` (``retry_delay``,
-        ``max_retry_delay``: the queue's unless given; ``jitter``:
-        ``random.random`` unless given). Stops after ``max_messages``, once
-        ``stop`` is set, or after ``idle_timeout`` seconds in which no handler
-        succeeded. A bad option raises :class:`InvalidArgument` before
-        anything is received. Interrupted by a ``BaseException`` (Ctrl-C; in
-        the main thread, SIGTERM becomes ``SystemExit(143)`` unless you handle
-        it), it releases the message in hand, logs one line and re-raises.
+        A heartbeat keeps each message invisible while its handler runs. The
+        message is deleted when the handler returns, released after a backoff
+        (``retry_delay``, ``max_retry_delay``, ``jitter``) when it raises an
+        ``Exception``. Stops after ``max_messages``, once ``stop`` is set, or
+        after ``idle_timeout`` seconds without a success, once the handlers
+        under way are done. A bad option raises :class:`InvalidArgument`
+        before anything is received. A ``BaseException`` (Ctrl-C; SIGTERM in
+        the main thread) releases every message in hand, logs one line and is
+        re-raised. docs/workers.md tells it whole.
         """
         self._check_open()
         options = ConsumeOptions(
@@ -492,8 +490,9 @@ class Queue:
             retry_delay,
             max_retry_delay,
             jitter,
+            concurrency,
         )
-        return worker.consume(self, handler, options.resolve(self.config))
+        return crew.consume(self, handler, options.resolve(self.config))
 
 
 __all__ = ["Queue"]

@@ -1,7 +1,8 @@
-"""The worker loop of :meth:`vsqs.Queue.consume`: pacing, the heartbeat that
-keeps a message invisible while its handler runs, settling (delete on
-success, release after the retry policy's delay on failure), the logging of
-failures, and what an interruption (Ctrl-C, SIGTERM) does. Pacing, failure
+"""The parts of the worker loop of :meth:`vsqs.Queue.consume` (which runs
+in :mod:`vsqs._crew`): pacing, the heartbeat that keeps messages invisible
+while their handlers run, settling (delete on success, release after the
+retry policy's delay on failure), the logging of failures, and what an
+interruption (Ctrl-C, SIGTERM) does. Pacing, failure
 logging and settling are shared with :mod:`vsqs.aio` and :mod:`vsqs.spark`;
 what every ``consume`` is given is resolved by :mod:`vsqs._options`.
 """
@@ -14,7 +15,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Protocol
 
@@ -51,9 +52,9 @@ class WorkerQueue(Protocol):
     @property
     def store(self) -> Store: ...
 
-    def receive(
-        self, *, visibility_timeout: float | None = None, wait: float = 0
-    ) -> Message | None: ...
+    def receive_batch(
+        self, max_messages: int = 10, *, visibility_timeout: float | None = None, wait: float = 0
+    ) -> list[Message]: ...
 
     def delete(self, message: Message, /) -> None: ...
 
@@ -149,9 +150,14 @@ class ConsumePacing:
         waited = self._now() - self._idle_since
         return None if waited >= self._idle else min(POLL, self._idle - waited)
 
-    def received(self) -> None:
+    def room(self, most: int) -> int:
+        """How many of ``most`` messages the next receive may take."""
+        return most if self._left is None else min(most, self._left)
+
+    def received(self, count: int = 1) -> None:
+        """``count`` messages were received (negative: given back unhandled)."""
         if self._left is not None:
-            self._left -= 1
+            self._left -= count
 
     def succeeded(self) -> None:
         """A handler succeeded: the idle clock starts again."""
@@ -193,7 +199,7 @@ class Heartbeat:
         self._messages: list[Message] = []
         self._extended_at = 0.0
         self._extending = False  # a round of extends is under way (outside the lock)
-        self._watchers = 0  # watch() calls waiting for that round: the next one waits
+        self._watchers = 0  # calls waiting for that round: the next one waits
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="vsqs-heartbeat", daemon=True)
 
@@ -210,16 +216,35 @@ class Heartbeat:
             self._thread.join()
 
     def watch(self, *messages: Message) -> None:
-        """Keep ``messages`` invisible from now on (none: stop). Returns once
-        no extend of the previous ones is under way: after the round in
-        progress, however slow the store (no new round starts meanwhile)."""
+        """Keep ``messages`` invisible from now on, instead of those before
+        (none: stop). Returns once no extend of the previous ones is under
+        way: after the round in progress, however slow the store (no new
+        round starts meanwhile)."""
+        self._after_round(lambda _: list(messages), restart=True)
+
+    def add(self, *messages: Message) -> None:
+        """Keep ``messages`` invisible too (extended with the others: within a
+        third of the visibility timeout from now)."""
+        with self._changed:
+            if not self._messages:
+                self._extended_at = time.monotonic()
+            self._messages = [*self._messages, *messages]
+            self._changed.notify_all()
+
+    def drop(self, *messages: Message) -> None:
+        """Stop keeping ``messages`` invisible. Returns as :meth:`watch` does."""
+        self._after_round(lambda held: without(held, messages), restart=False)
+
+    def _after_round(self, change: Callable[[list[Message]], list[Message]], restart: bool) -> None:
         with self._changed:
             self._watchers += 1
             try:
                 self._changed.wait_for(lambda: not self._extending)
             finally:
                 self._watchers -= 1
-            self._messages, self._extended_at = list(messages), time.monotonic()
+            self._messages = change(self._messages)
+            if restart:
+                self._extended_at = time.monotonic()
             self._changed.notify_all()
 
     def _run(self) -> None:
@@ -233,48 +258,72 @@ class Heartbeat:
                     if self._messages and remaining <= 0 and not self._watchers:
                         break
                     self._changed.wait(remaining if self._messages and remaining > 0 else None)
-                watched = self._messages
+                watched = [m for m in self._messages if not m.settled]
                 self._extended_at, self._extending = time.monotonic(), True
-            kept = self._extend([m for m in watched if not m.settled])
-            with self._changed:  # watch() waited for this round: nothing replaced them
-                self._extending, self._messages = False, kept
+            lost = attempt(self._queue, self._extend, watched, "heartbeat for %s stopped")
+            with self._changed:  # only add() changed them meanwhile
+                self._extending = False
+                self._messages = [m for m in without(self._messages, lost) if not m.settled]
                 self._changed.notify_all()
 
-    def _extend(self, messages: list[Message]) -> list[Message]:
-        """Extend ``messages``; return those still held."""
-        outcomes = fan_out(
-            lambda m: self._queue.extend(m, self._vt), messages, self._queue.store.batch_width
-        )
-        kept: list[Message] = []
-        for message, outcome in zip(messages, outcomes, strict=True):
-            try:
-                outcome.result()
-            except VsqsError as exc:
-                log.warning("%s: heartbeat for %s stopped: %s", self._queue.url, message.id, exc)
-            else:
-                kept.append(message)
-        return kept
+    def _extend(self, message: Message) -> None:
+        self._queue.extend(message, self._vt)
+
+
+def without(messages: Sequence[Message], gone: Sequence[Message]) -> list[Message]:
+    """``messages`` but those of ``gone`` (the same objects)."""
+    ids = {id(message) for message in gone}
+    return [message for message in messages if id(message) not in ids]
+
+
+def attempt(
+    queue: WorkerQueue, call: Callable[[Message], object], messages: list[Message], failure: str
+) -> list[Message]:
+    """Call ``call`` on each of ``messages``, side by side on object stores;
+    log ``failure`` (a format taking the id) with the error of each that
+    raised a :class:`VsqsError`, and return those."""
+    outcomes = fan_out(call, messages, queue.store.batch_width)
+    failed: list[Message] = []
+    for message, outcome in zip(messages, outcomes, strict=True):
+        try:
+            outcome.result()
+        except VsqsError as exc:
+            log.warning("%s: " + failure + ": %s", queue.url, message.id, exc)
+            failed.append(message)
+    return failed
 
 
 class Run:
-    """What one ``consume`` call did, and the message it holds."""
+    """What one ``consume`` call did, and the messages it holds (thread-safe)."""
 
     def __init__(self) -> None:
         self.handled = self.succeeded = 0
-        self.held: Message | None = None
         self.sigterm = False
+        self._held: list[Message] = []
+        self._lock = _forks.lock()
+
+    def hold(self, *messages: Message) -> None:
+        with self._lock:
+            self._held.extend(messages)
+
+    def drop(self, *messages: Message) -> None:
+        """``messages`` are no longer in hand (settled or given back)."""
+        with self._lock:
+            self._held = without(self._held, messages)
+
+    def settled(self, message: Message, ok: bool) -> None:
+        """``message`` was handled (and settled): it counts, as a success if ``ok``."""
+        with self._lock:
+            self._held = without(self._held, [message])
+            self.handled += 1
+            self.succeeded += ok
 
     def release_held(self, queue: WorkerQueue) -> int:
-        """Release the message in hand at once; return how many were released (0 or 1)."""
-        message, self.held = self.held, None
-        if message is None or message.settled:
-            return 0
-        try:
-            queue.release(message)
-        except VsqsError as exc:  # it comes back at its expiry anyway
-            log.warning("%s: could not release %s: %s", queue.url, message.id, exc)
-            return 0
-        return 1
+        """Release the messages in hand at once; return how many were released."""
+        with self._lock:
+            held, self._held = [m for m in self._held if not m.settled], []
+        # one that fails comes back at its expiry anyway
+        return len(held) - len(attempt(queue, queue.release, held, "could not release %s"))
 
     def stopped(self, queue: WorkerQueue, exc: BaseException, released: int) -> None:
         """Log the one line of a ``consume`` that ``exc`` (no ``Exception``:
@@ -317,7 +366,7 @@ def sigterm_exits(run: Run) -> Iterator[None]:
 
 @contextmanager
 def interruptible(queue: WorkerQueue, run: Run) -> Iterator[None]:
-    """On any exception out of the loop, release the message in hand at once
+    """On any exception out of the loop, release the messages in hand at once
     and re-raise; on an interruption (not an ``Exception``: Ctrl-C, SIGTERM,
     ``SystemExit``), also log one line at WARNING saying what was done."""
     with sigterm_exits(run):
@@ -328,38 +377,3 @@ def interruptible(queue: WorkerQueue, run: Run) -> Iterator[None]:
             if not isinstance(exc, Exception):
                 run.stopped(queue, exc, released)
             raise
-
-
-def consume(queue: WorkerQueue, handler: Callable[[Message], object], plan: ConsumePlan) -> int:
-    """The loop of :meth:`vsqs.Queue.consume` (see there); returns how many succeeded."""
-    vt = plan.visibility_timeout
-    pacing = ConsumePacing(queue, plan)
-    failures = failure_log(queue)
-    run = Run()
-    with interruptible(queue, run), Heartbeat(queue, vt) as heartbeat:
-        while (poll := pacing.next_wait()) is not None:
-            message = queue.receive(visibility_timeout=vt, wait=poll)
-            if message is None:
-                continue
-            run.held = message
-            pacing.received()
-            heartbeat.watch(message)
-            delay = 0.0
-            try:
-                handler(message)
-            except Exception as exc:
-                delay = plan.retry.delay(message.receive_count)
-                failures.failed(message, exc, delay)
-                failed = True
-            else:
-                failed = False
-            finally:
-                heartbeat.watch()
-            ok = settle(queue, message, failed=failed, delay=delay)
-            run.held = None
-            run.handled += 1
-            if ok:
-                run.succeeded += 1
-                failures.succeeded(message)
-                pacing.succeeded()
-    return run.succeeded

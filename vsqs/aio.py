@@ -26,11 +26,11 @@ import functools
 import inspect
 import logging
 import threading
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Generic, ParamSpec, TypedDict, TypeVar, Unpack
 
 from . import _message, _queue
 from ._aio_sigterm import sigterm_cancels
@@ -38,7 +38,8 @@ from ._config import positive_int
 from ._errors import QueueClosed, VsqsError
 from ._message import Body, DeadLettered, DeleteResult, Progress, QueueStats
 from ._move import move as sync_move
-from ._options import ConsumeOptions, RetryPolicy
+from ._options import ConsumeOptions, ConsumePlan
+from ._outgoing import Outgoing
 from ._receiver import CLOSE_WAKES
 from ._redrive import redrive as sync_redrive
 from ._worker import ConsumePacing, FailureLog, Run, failure_log, settle
@@ -53,35 +54,50 @@ _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
 
+class SendOptions(TypedDict, total=False):
+    """The keyword arguments of :meth:`vsqs.Queue.send`, which gives their defaults."""
+
+    delay: float
+    group: str | None
+    dedup_id: str | None
+    attributes: Mapping[str, str] | None
+
+
+class SendBatchOptions(TypedDict, total=False):
+    """The keyword arguments of :meth:`vsqs.Queue.send_batch`, which gives their defaults."""
+
+    delay: float
+    group: str | None
+    dedup_ids: Iterable[str | None] | None
+    attributes: Mapping[str, str] | None
+
+
+class _Mirror(Generic[_T]):
+    """A read-only attribute of a :class:`Message`: that of its :class:`vsqs.Message`."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    def __get__(self, message: Message, owner: type | None = None) -> _T:
+        value: _T = getattr(message.sync, self._name)
+        return value
+
+
 class Message:
     """A received (or peeked) message; ``delete``, ``extend`` and ``release`` are awaitable."""
 
     def __init__(self, queue: Queue, message: _message.Message) -> None:
         self._queue, self.sync = queue, message
 
-    @property
-    def id(self) -> str:
-        return self.sync.id
-
-    @property
-    def body(self) -> bytes:
-        return self.sync.body
-
-    @property
-    def receipt(self) -> str | None:
-        return self.sync.receipt
-
-    @property
-    def receive_count(self) -> int:
-        return self.sync.receive_count
-
-    @property
-    def sent_at(self) -> datetime:
-        return self.sync.sent_at
-
-    @property
-    def visible_at(self) -> datetime | None:
-        return self.sync.visible_at
+    id: _Mirror[str] = _Mirror()
+    body: _Mirror[bytes] = _Mirror()
+    receipt: _Mirror[str | None] = _Mirror()
+    receive_count: _Mirror[int] = _Mirror()
+    sent_at: _Mirror[datetime] = _Mirror()
+    visible_at: _Mirror[datetime | None] = _Mirror()
+    group: _Mirror[str | None] = _Mirror()
+    attributes: _Mirror[dict[str, str]] = _Mirror()
+    dedup_id: _Mirror[str | None] = _Mirror()
 
     async def dead_lettered(self) -> DeadLettered | None:
         """Where it came from if it was dead-lettered into this queue: see
@@ -181,25 +197,41 @@ class Queue:
         return f"vsqs.aio.Queue({self.url!r})"
 
     # -------------------------------------------------------------- methods
-    async def send(self, body: Body, *, delay: float = 0) -> str:
-        """See :meth:`vsqs.Queue.send`."""
+    async def send(self, body: Body, **options: Unpack[SendOptions]) -> str:
+        """See :meth:`vsqs.Queue.send` (the same keyword arguments)."""
         queue = await self.open()
-        return await self._call(queue.send, body, delay=delay)
+        return await self._call(queue.send, body, **options)
 
-    async def send_batch(self, bodies: Iterable[Body], *, delay: float = 0) -> list[str]:
-        """See :meth:`vsqs.Queue.send_batch`."""
+    async def send_batch(
+        self, bodies: Iterable[Body | Outgoing], **options: Unpack[SendBatchOptions]
+    ) -> list[str]:
+        """See :meth:`vsqs.Queue.send_batch` (the same keyword arguments); the
+        iterables are read here, in the caller's thread."""
         queue = await self.open()
-        return await self._call(queue.send_batch, list(bodies), delay=delay)
+        if (dedup_ids := options.get("dedup_ids")) is not None:
+            options["dedup_ids"] = list(dedup_ids)
+        return await self._call(queue.send_batch, list(bodies), **options)
 
     async def receive(
-        self, *, visibility_timeout: float | None = None, wait: float = 0
+        self,
+        *,
+        visibility_timeout: float | None = None,
+        wait: float = 0,
+        group: str | None = None,
     ) -> Message | None:
         """See :meth:`vsqs.Queue.receive`; cancellable while it waits."""
-        got = await self.receive_batch(1, visibility_timeout=visibility_timeout, wait=wait)
+        got = await self.receive_batch(
+            1, visibility_timeout=visibility_timeout, wait=wait, group=group
+        )
         return got[0] if got else None
 
     async def receive_batch(
-        self, max_messages: int = 10, *, visibility_timeout: float | None = None, wait: float = 0
+        self,
+        max_messages: int = 10,
+        *,
+        visibility_timeout: float | None = None,
+        wait: float = 0,
+        group: str | None = None,
     ) -> list[Message]:
         """See :meth:`vsqs.Queue.receive_batch`; cancellable while it waits."""
         queue = await self.open()
@@ -212,6 +244,7 @@ class Queue:
                 visibility_timeout=visibility_timeout,
                 wait=wait,
                 stop=cancelled,
+                group=group,
             )
         )
         try:
@@ -276,21 +309,17 @@ class Queue:
         retry_delay: float | None = None,
         max_retry_delay: float | None = None,
         jitter: Callable[[], float] | None = None,
+        concurrency: int = 1,
     ) -> int:
-        """Await ``handler`` on messages one at a time; return how many succeeded.
+        """Await ``handler`` on messages, up to ``concurrency`` at once (one
+        receiver each: a group's messages in order, never side by side);
+        return how many succeeded.
 
         A plain (not ``async``) handler runs in the queue's worker threads, so
         it never blocks the event loop; if it returns an awaitable, that is
-        awaited too.
-
-        As :meth:`vsqs.Queue.consume`: while the handler runs, a heartbeat task
-        extends the message every third of the visibility timeout; the message
-        is deleted when the handler returns, released after the retry delay
-        (``retry_delay``, ``max_retry_delay``, ``jitter``) when it raises, and
-        released at once if it is cancelled (the cancellation propagates).
-        Failures are logged as there. Stops after ``max_messages``, after
-        ``idle_timeout`` seconds in which no handler succeeded, or once
-        ``stop`` is set.
+        awaited too. The rest is :meth:`vsqs.Queue.consume`'s (heartbeat,
+        retries, logging, stops), with a heartbeat task per message; a
+        cancellation releases the messages in hand at once and propagates.
         """
         options = ConsumeOptions(
             visibility_timeout,
@@ -300,31 +329,40 @@ class Queue:
             retry_delay,
             max_retry_delay,
             jitter,
+            concurrency,
         )
         queue = await self.open()
         plan = options.resolve(queue.config)
-        vt = plan.visibility_timeout
         pacing = ConsumePacing(queue, plan)
-        failures = failure_log(queue)
         run = Run()
         with sigterm_cancels(run):
             try:
-                while (poll := pacing.next_wait()) is not None:
-                    message = await self.receive(visibility_timeout=vt, wait=poll)
-                    if message is None:
-                        continue
-                    pacing.received()
-                    run.held = message.sync
-                    ok = await self._handle(message, handler, vt, plan.retry, failures, run)
-                    run.handled += 1
-                    if ok:
-                        run.succeeded += 1
-                        failures.succeeded(message.sync)
-                        pacing.succeeded()
+                await _side_by_side(
+                    lambda: self._work(handler, plan, pacing, run),
+                    plan.concurrency,
+                )
             except BaseException as exc:  # a cancellation, Ctrl-C, SIGTERM, SystemExit, an error
                 await self._release_held(queue, run, exc)
                 raise
         return run.succeeded
+
+    async def _work(
+        self, handler: Handler, plan: ConsumePlan, pacing: ConsumePacing, run: Run
+    ) -> None:
+        """One receiver of a ``consume``: receive one message, handle it, again."""
+        failures = failure_log(await self.open())
+        while (poll := pacing.next_wait()) is not None:
+            pacing.received()  # before the receive: side by side, none takes too many
+            message = await self.receive(visibility_timeout=plan.visibility_timeout, wait=poll)
+            if message is None:
+                pacing.received(-1)
+                continue
+            run.hold(message.sync)
+            ok = await self._handle(message, handler, plan, failures, run)
+            run.settled(message.sync, ok)
+            if ok:
+                failures.succeeded(message.sync)
+                pacing.succeeded()
 
     async def _release_held(self, queue: _queue.Queue, run: Run, exc: BaseException) -> None:
         """Release the message in hand (and log the line of an interruption)
@@ -338,17 +376,12 @@ class Queue:
         await asyncio.shield(asyncio.wrap_future(job))
 
     async def _handle(
-        self,
-        message: Message,
-        handler: Handler,
-        vt: float,
-        retry: RetryPolicy,
-        failures: FailureLog,
-        run: Run,
+        self, message: Message, handler: Handler, plan: ConsumePlan, failures: FailureLog, run: Run
     ) -> bool:
         """Run the handler and settle the message. A cancellation while the
         handler runs leaves it held (in ``run``); once the handler is done,
         its settling goes on in the queue's threads whatever happens here."""
+        vt = plan.visibility_timeout
         heartbeat = asyncio.create_task(self._heartbeat(message, vt)) if vt > 0 else None
         try:
             try:
@@ -357,11 +390,11 @@ class Queue:
                 if heartbeat is not None:
                     heartbeat.cancel()
         except Exception as exc:
-            run.held = None
-            delay = retry.delay(message.receive_count)
+            run.drop(message.sync)
+            delay = plan.retry.delay(message.receive_count)
             failures.failed(message.sync, exc, delay)
             return await self._settle(message, failed=True, delay=delay)
-        run.held = None
+        run.drop(message.sync)
         return await self._settle(message, failed=False)
 
     async def _run(self, handler: Handler, message: Message) -> None:
@@ -422,6 +455,21 @@ def _on_a_thread(fn: Callable[_P, _T]) -> Callable[_P, Coroutine[Any, Any, _T]]:
 move = _on_a_thread(sync_move)
 """``await vsqs.aio.move(source, destination, ...)``: :func:`vsqs.move` (the
 same arguments) on a worker thread; ``progress`` is called there."""
+
+
+async def _side_by_side(work: Callable[[], Awaitable[None]], count: int) -> None:
+    """Await ``count`` runs of ``work`` side by side (1: in this task); once
+    one raises, or this is cancelled, cancel the others, wait for them, re-raise."""
+    if count == 1:
+        return await work()
+    tasks = [asyncio.ensure_future(work()) for _ in range(count)]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks)
+        raise
 
 
 def _unwrap(msg_or_receipt: Message | str) -> _message.Message | str:
