@@ -132,8 +132,7 @@ class Candidates:
         behind it are candidates again."""
         token = self.groups.drop(name)
         if token is not None:
-            for parked in self.groups.unpark(token):
-                bisect.insort(self.names, parked, lo=self.pos)
+            self.restore(self.groups.unpark(token))
 
     def admit(self, name: str, token: str, mine: set[str]) -> bool:
         """Whether a candidate of group ``token`` may be claimed: its group is
@@ -142,8 +141,12 @@ class Candidates:
         Else it is parked."""
         groups = self.groups
         held = groups.held.get(token)
-        if token not in groups.blocked and (held is None or held <= mine):
-            return True
+        if (
+            token not in groups.blocked
+            and (held is None or held <= mine)
+            and not any(y < name and token_of(y) == token for y in self.young)
+        ):
+            return True  # (an older name of the group waiting for a second look passes first)
         groups.park(token, name)
         return False
 
@@ -159,7 +162,9 @@ class Candidates:
         """Candidates taken and not tried (a group's next message, deferred
         until its head's claim is decided) become candidates again."""
         for name in restored:
-            bisect.insort(self.names, name, lo=self.pos)
+            i = bisect.bisect_left(self.names, name, lo=self.pos)
+            if i == len(self.names) or self.names[i] != name:
+                self.names.insert(i, name)
 
     def add_ready(self, name: str) -> None:
         """This client published ``name`` (ready): a candidate in FIFO position,
