@@ -41,7 +41,7 @@ def engine(store: vsqs.Store, clock: FakeClock) -> tuple[Receiver, Sends]:
     return receiver, Sends(Publisher(store, ms, False, receiver.sent, _no_dedup))
 
 
-def _no_dedup(dedup_id: str, message_id: str, window_ms: int) -> str | None:
+def _no_dedup(dedup_id: str, message_id: str, data: bytes, delay_ms: int, publish: object) -> str:
     raise AssertionError("these sends have no deduplication id")
 
 
@@ -52,10 +52,10 @@ class Sends:
         self._publisher = publisher
 
     def send(self, datas: list[bytes], delay_ms: int) -> list[str]:
-        return self._publisher.send([Prepared(d, NO_META) for d in datas], delay_ms, 0)
+        return self._publisher.send([Prepared(d, NO_META) for d in datas], delay_ms)
 
     def send_batch(self, datas: list[bytes], delay_ms: int) -> list[str]:
-        return self._publisher.send_batch([Prepared(d, NO_META) for d in datas], delay_ms, 0)
+        return self._publisher.send_batch([Prepared(d, NO_META) for d in datas], delay_ms)
 
 
 def test_claims_are_fifo_and_each_message_is_claimed_once(clock: FakeClock) -> None:

@@ -78,6 +78,7 @@ class Candidates:
     """
 
     __slots__ = (
+        "by_group",
         "fed",
         "gone",
         "groups",
@@ -115,6 +116,9 @@ class Candidates:
         self.since_feed = 0  # claims since the feed was last read
         self.origins: dict[str, names.Records] = {}
         self.groups = Groups()
+        #: token -> the candidates of the group, ascending (some perhaps taken
+        #: since): built by the first receive for one group after a listing
+        self.by_group: dict[str, list[str]] | None = None
 
     @property
     def listed(self) -> bool:
@@ -162,15 +166,23 @@ class Candidates:
         """Candidates taken and not tried (a group's next message, deferred
         until its head's claim is decided) become candidates again."""
         for name in restored:
-            i = bisect.bisect_left(self.names, name, lo=self.pos)
-            if i == len(self.names) or self.names[i] != name:
-                self.names.insert(i, name)
+            self._insert(name)
+
+    def _insert(self, name: str) -> None:
+        """Make ``name`` a candidate in FIFO position (once)."""
+        i = bisect.bisect_left(self.names, name, lo=self.pos)
+        if i == len(self.names) or self.names[i] != name:
+            self.names.insert(i, name)
+            token = token_of(name) if self.by_group is not None else None
+            if token is not None:
+                assert self.by_group is not None
+                bisect.insort(self.by_group.setdefault(token, []), name)
 
     def add_ready(self, name: str) -> None:
         """This client published ``name`` (ready): a candidate in FIFO position,
         unless the feed reports it anyway."""
         if not self.fed:
-            bisect.insort(self.names, name, lo=self.pos)
+            self._insert(name)
 
     def forget(self, name: str) -> None:
         """This client renamed or deleted ``name``: it is no candidate any more."""
@@ -207,9 +219,7 @@ class Candidates:
                     self.groups.left(name, token)
             elif names.is_id(name):
                 self.gone.discard(name)
-                i = bisect.bisect_left(self.names, name, lo=self.pos)
-                if i == len(self.names) or self.names[i] != name:
-                    self.names.insert(i, name)
+                self._insert(name)
 
     def feed_lost(self) -> None:
         """The feed lost events: list before the next claim."""
@@ -226,7 +236,7 @@ class Candidates:
             expiry, name = heapq.heappop(heap)
             if pending.get(name) == expiry:
                 del pending[name]
-                bisect.insort(self.names, name, lo=self.pos)
+                self._insert(name)
                 self._left(name)
                 promoted = True
         return promoted
@@ -241,10 +251,19 @@ class Candidates:
 
     def take_group(self, token: str) -> str | None:
         """The next candidate of group ``token`` (``None`` when there is none);
-        the others stay candidates, in place."""
-        for i in range(self.pos, len(self.names)):
-            name = self.names[i]
-            if token_of(name) == token:
+        the others stay candidates, in place. The first call after a listing
+        indexes the candidates by group: later ones do not scan them."""
+        if self.by_group is None:
+            self.by_group = {}
+            for name in self.names[self.pos :]:
+                group = token_of(name)
+                if group is not None:
+                    self.by_group.setdefault(group, []).append(name)
+        wanted = self.by_group.get(token, [])
+        while wanted:
+            name = wanted.pop(0)
+            i = bisect.bisect_left(self.names, name, lo=self.pos)
+            if i < len(self.names) and self.names[i] == name:  # else taken since
                 del self.names[i]
                 return name
         return None
@@ -282,6 +301,7 @@ class Candidates:
         if self.pos >= len(self.names) and self.skipped:
             gone = self.gone
             self.names[self.pos :] = [n for n in self.skipped if n not in gone]  # ascending
+            self.by_group = None
             self.skipped = []
 
     def refresh(
@@ -310,6 +330,7 @@ class Candidates:
         spread = min(len(visible), 1 << min(self.losses, 6))
         start = random.randrange(spread) if self.losses and visible else 0
         self.names, self.pos, self.token = visible, start, token
+        self.by_group = None
         self._close_groups(visible[:start])
         self.young, self.fed = set(listing.young), during is not None
         self.skipped = []
