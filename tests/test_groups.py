@@ -507,3 +507,60 @@ def test_the_examples_of_the_groups_guide_run_as_written(
         exec(compile(block, "docs/groups.md", "exec"), namespace)
     asserted = sum(block.count("assert ") for block in blocks)
     assert len(blocks) >= 4 and asserted >= 10, "is docs/groups.md still made of examples?"
+
+
+# ------------------------------------------------------- stalls in a claim
+class Stalling(vsqs.MemoryStore):
+    """A memory store on which the clock jumps ``seconds`` while one chosen
+    name is read or renamed (a request, or the process, stalled)."""
+
+    def __init__(self, clock: FakeClock, seconds: float) -> None:
+        super().__init__()
+        self.clock, self.seconds = clock, seconds
+        self.reading: str | None = None  # an id: a read of a name of it stalls
+        self.renaming: str | None = None  # an id: a rename from a name of it stalls
+
+    def read(self, name: str) -> bytes:
+        if self.reading is not None and name.startswith(self.reading):
+            self.clock.advance(self.seconds)
+            self.reading = None  # once
+        return super().read(name)
+
+    def rename(self, src: str, dst: str) -> None:
+        super().rename(src, dst)
+        if self.renaming is not None and src.startswith(self.renaming):
+            self.clock.advance(self.seconds)
+            self.renaming = None  # once
+
+
+def test_a_batch_whose_groups_head_lapsed_gives_back_the_rest_of_the_group(
+    clock: FakeClock,
+) -> None:
+    """The head's claim ran out while the batch went on: the messages behind
+    it are not delivered before it (simulation seed 197), nor claimed after."""
+    store = Stalling(clock, 0.7)  # past the timeout, not long enough for a new listing
+    q = vsqs.Queue(store, clock=clock)
+    a1, a2 = q.send_batch([b"a1", b"a2"], group="a")
+    b1 = q.send(b"b1", group="b")
+    clock.advance(1)  # no name young: one listing is enough
+    store.reading = a1
+    got = q.receive_batch(10, visibility_timeout=0.5)
+    assert [m.id for m in got] == [b1]  # a1 lapsed in the batch; a2 not taken behind it
+    clock.advance(STALE_AFTER)  # the group lapsed in the batch: open again at the next listing
+    again = q.receive_batch(10, group="a")
+    assert [(m.id, m.receive_count) for m in again] == [(a1, 2), (a2, 1)]
+
+
+def test_a_claim_of_a_group_that_stalled_is_given_back(clock: FakeClock) -> None:
+    """A claim whose rename ended long after it was decided may have met a
+    change of its group it never saw (simulation seed 303): it is given back,
+    uncounted, and taken again on a fresh listing."""
+    store = Stalling(clock, 2.0)
+    q = vsqs.Queue(store, clock=clock)
+    a1 = q.send(b"a1", group="a")
+    clock.advance(1)  # not young: one listing is enough
+    store.renaming = a1
+    got = q.receive()
+    assert got is not None and (got.id, got.receive_count) == (a1, 1)
+    versions = [n.rsplit(".", 1)[-1] for n in store.list() if n.startswith(a1)]
+    assert versions == ["3"]  # claimed (1), given back (2), claimed again (3)

@@ -230,6 +230,12 @@ REGRESSIONS = {
     # A burned create of a dedup send's message was taken for published and
     # marked sent: no roll forward ever published it.
     "r29-a-dedup-send-marked-sent-a-message-it-never-published": FEATURE_PLANS["dedup-ids"](20),
+    # A batch returned a group's later messages after its head's claim had
+    # run out in the same batch (the head was then taken after them).
+    "r29-a-batch-returned-a-group-past-its-lapsed-head": FEATURE_PLANS["groups"](197),
+    # A claim decided on a view 12 s old (a stall in its rename) took a group
+    # another client had taken meanwhile.
+    "r29-a-stalled-claim-took-a-group-held-since": FEATURE_PLANS["groups"](303),
 }
 
 

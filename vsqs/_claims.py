@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from . import _names as names
-from ._candidates import Candidates
+from ._candidates import STALE_AFTER, Candidates
 from ._envelope import read_limit
 from ._errors import VsqsError
 from ._fanout import fan_out
@@ -92,10 +92,12 @@ class Claims(View):
                     if not plans:
                         self._candidates.restore(deferred)
                         break
-                    won = self._rename(plans)
+                    decided = self._clock.elapsed()
+                    won = self._fresh(self._rename(plans), decided, later)
                     self._hold_groups(won, mine, deferred)
                 claimed_ids.update(plan.id for plan in won)
                 failure = self._read(won, max_receives, exhausted, max_size, out, later)
+                self._undelivered(won, out, later, mine)
         except OSError as exc:  # a later listing or claim of the batch
             failure = exc
         finally:
@@ -117,6 +119,43 @@ class Claims(View):
                 failure,
             )
         return self._unexpired(out) if vt_ms else out
+
+    def _fresh(self, won: list[Plan], decided: float, later: list[tuple[str, int]]) -> list[Plan]:
+        """The claims won, but for those of a group whose rename ended more than
+        :data:`STALE_AFTER` after they were decided (a request or the process
+        stalled): another client may have taken the group since, unseen by
+        the view they were decided on. They are given back at once,
+        uncounted, and their group stays closed until the next listing
+        (caller holds the lock)."""
+        c = self._candidates
+        if self._clock.elapsed() - decided <= STALE_AFTER:
+            return won
+        stale = [plan for plan in won if names.group_of(plan.id) is not None]
+        if not stale:
+            return won
+        for plan in stale:
+            c.close_group(plan.candidate)
+        later.extend(self._give_back([(plan.held, _count_before(plan)) for plan in stale]))
+        return [plan for plan in won if plan not in stale]
+
+    def _undelivered(
+        self, won: list[Plan], out: list[Claim], later: list[tuple[str, int]], mine: set[str]
+    ) -> None:
+        """Claims that reached no caller (a read failed, a dead letter, one
+        taken since) or whose timeout already ran out let this call take no
+        more of their groups: a group's next message is consecutive only to
+        one delivered and still held. One whose held name is gone holds its
+        group no more."""
+        now = self._clock.now_ms()
+        delivered = {claim.name for claim in out if claim.expiry_ms > now}
+        kept = {name for name, _ in later}
+        with self._lock:
+            mine.intersection_update(delivered | {plan.held for plan in won})
+            for plan in won:
+                if plan.held in mine and plan.held not in delivered:
+                    mine.discard(plan.held)
+                    if plan.held not in kept:
+                        self._candidates.groups.drop(plan.held)
 
     def _hold_groups(self, won: list[Plan], mine: set[str], deferred: list[str]) -> None:
         """Claims won hold their groups at once (for every receive of this
@@ -366,18 +405,28 @@ class Claims(View):
     def _unexpired(self, claimed: list[Claim]) -> list[Claim]:
         """Drop claims whose visibility timeout ran out before the batch returns
         (slow storage, or slow later claims of the batch): others may hold the
-        message already. It is visible again, with its receive count."""
+        message already. It is visible again, with its receive count. The
+        later claims of its group in the batch are given back (uncounted):
+        none is delivered before its group's head."""
         now = self._clock.now_ms()
-        kept = []
+        kept: list[Claim] = []
+        lapsed: set[str | None] = set()  # groups whose claim in the batch ran out
+        behind: list[str] = []
         for claim in claimed:
+            group = names.group_of(claim.id)
             if claim.expiry_ms <= now:
                 log.warning(
                     "%s: the claim of %s outlasted its visibility timeout",
                     self._store.url,
                     claim.name,
                 )
-                continue
-            kept.append(claim)
+                lapsed.add(group)
+            elif group is not None and group in lapsed:
+                behind.append(claim.name)
+            else:
+                kept.append(claim)
+        if behind:
+            self.give_back(behind)
         return kept
 
 
