@@ -415,7 +415,7 @@ def test_the_files_of_format_3_are_as_the_format_document_shows(
     assert (tmp_path / "q" / plain).read_bytes() == b"body"
     at_ms = int(clock() * 1000)
     slot = at_ms // 300_000  # the first send's slot of the 300 s window
-    record = tmp_path / "q" / f"{hashlib.sha256(b'd-1').hexdigest()[:32]}.{slot}.dedup"
+    record = tmp_path / "q" / f"vsqs-dedup.{hashlib.sha256(b'd-1').hexdigest()[:32]}.{slot}.dedup"
     header = json.dumps({"at_ms": at_ms, "delay_ms": 0, "id": grouped}, sort_keys=True)
     assert record.read_bytes() == (
         b"\x00vsqs-dedup 1\n" + header.encode() + b"\n" + (tmp_path / "q" / grouped).read_bytes()
@@ -442,7 +442,7 @@ def test_a_file_under_a_records_name_that_is_not_one_is_left_and_refused(
     with one line, and sends of other ids go on."""
     q = vsqs.Queue(tmp_path / "q", clock=clock)
     slot = int(clock() * 1000) // 300_000
-    record = tmp_path / "q" / f"{hashlib.sha256(b'k').hexdigest()[:32]}.{slot}.dedup"
+    record = tmp_path / "q" / f"vsqs-dedup.{hashlib.sha256(b'k').hexdigest()[:32]}.{slot}.dedup"
     record.write_bytes(b"torn")
     with pytest.raises(vsqs.StorageError, match="deduplication id 'k'"):
         q.send(b"x", dedup_id="k")

@@ -5,10 +5,10 @@ queue's ``dedup_window``). Its record is named by the id's token (32 hex of
 its SHA-256) and the *slot* of the first send, ``at_ms // W``
 (docs/format.md, "Deduplication records")::
 
-    <token>.<slot>.dedup    the record: the message's id, the first send's
+    vsqs-dedup.<token>.<slot>.dedup    the record: the message's id, the first send's
                             time, and the message itself (to publish it if
                             its sender died before it did)
-    <token>.<slot>.sent     created once the message is published
+    vsqs-dedup.<token>.<slot>.sent     created once the message is published
 
 A send at ``t`` (slot ``s``) first reads the record of slot ``s - 1``: one
 whose window still runs makes the send a duplicate. Otherwise it creates the
@@ -51,6 +51,9 @@ from .stores._base import Store, TooLarge
 
 log = logging.getLogger("vsqs")
 
+#: Every deduplication name starts with it: after every message id in key
+#: order, so records never push messages off a listing's first page.
+PREFIX = "vsqs-dedup."
 RECORD_SUFFIX = ".dedup"
 SENT_SUFFIX = ".sent"
 #: A record whose message is not marked sent after this long (ms) is
@@ -58,7 +61,7 @@ SENT_SUFFIX = ".sent"
 #: for dead (as a staged send is after :data:`~vsqs._inspect.RESTAMP_AFTER`).
 FENCE_MS = int(RESTAMP_AFTER * 1000)
 MAGIC = b"\x00vsqs-dedup 1\n"
-_NAME_RE = re.compile(r"([0-9a-f]{32})\.(0|[1-9][0-9]{0,12})(\.dedup|\.sent)")
+_NAME_RE = re.compile(r"vsqs-dedup\.([0-9a-f]{32})\.(0|[1-9][0-9]{0,12})(\.dedup|\.sent)")
 #: Rounds of read and create a send tries before it gives up.
 ATTEMPTS = 8
 
@@ -110,7 +113,7 @@ class Claim(NamedTuple):
 
 def slot_names(token: str, slot: int) -> tuple[str, str]:
     """The record's and the sent mark's names of one slot."""
-    return f"{token}.{slot}{RECORD_SUFFIX}", f"{token}.{slot}{SENT_SUFFIX}"
+    return f"{PREFIX}{token}.{slot}{RECORD_SUFFIX}", f"{PREFIX}{token}.{slot}{SENT_SUFFIX}"
 
 
 def parse_name(name: str) -> tuple[str, int, bool] | None:
@@ -149,8 +152,8 @@ class Deduplicator:
         # Too slow to publish safely (not in time), or not known to be
         # published (a burned create may land): a duplicate or gc() decides
         # after the fence, from the names of the id.
-        published = claim.sent_mark is not None and self.in_time(claim)
-        if published and publish(message_id, data, delay_ms):
+        ours = claim.sent_mark is not None and self.in_time(claim)
+        if ours and (publish(message_id, data, delay_ms) or self._is_there(message_id)):
             self.sent(claim)
         return claim.id
 
@@ -178,6 +181,11 @@ class Deduplicator:
         raise StorageError(
             f"could not record deduplication id {dedup_id!r:.80} in {self._store.url}"
         )
+
+    def _is_there(self, message_id: str) -> bool:
+        """Whether a name of the message is there (a create whose outcome was
+        unknown landed after all)."""
+        return any(names.parse(n) is not None for n in self._store.names_of(message_id))
 
     def in_time(self, claim: Claim) -> bool:
         """Whether the message of a claim may still be published by its
@@ -216,9 +224,7 @@ class Deduplicator:
         """Publish the message of a record whose sender died (once: whoever
         creates its sent mark), unless a name of it is there (its sender died
         after publishing it); whether this call published it."""
-        if not self._create(sent_name, b""):
-            return False
-        if any(names.parse(n) is not None for n in self._store.names_of(record.id)):
+        if not self._create(sent_name, b"") or self._is_there(record.id):
             return False
         publish(record.id, record.data, 0)
         return True
