@@ -1,0 +1,60 @@
+"""Smoke tests of the issue-29 workloads of ``benchmarks/``, at tiny sizes.
+
+They run the benchmark's own code (which checks what it receives) and the
+request counts that docs/performance.md reports per kind of message: a
+message group costs no request more per lifecycle on S3, a deduplication id
+one (its record's exclusive create). Nothing here is timed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import vsqs
+from benchmarks import bench_local, bench_s3
+
+from .support.servers import Server
+
+
+@pytest.mark.parametrize(("kind", "lifecycle", "send"), [
+    ("plain", 7, {"put": 1}),
+    ("group", 7, {"put": 1}),
+    ("dedup", 8, {"put": 2}),
+])  # fmt: skip
+def test_requests_per_lifecycle_by_kind(
+    s3_server: Server, kind: str, lifecycle: int, send: dict[str, int]
+) -> None:
+    counted = bench_s3.count_requests(s3_server.root, s3_server.storage_options, 10, kind)
+    assert counted["send"] == send
+    assert counted["receive"] == {"put": 1, "copy": 1, "delete": 1, "get": 1}
+    assert counted["delete"] == {"put": 1, "head": 1}
+    assert counted["lifecycle"] == lifecycle
+
+
+def test_group_backlog_variants_receive_only_group_b(tmp_path: Path) -> None:
+    """Each variant drains exactly the ``B`` messages (``drain_group_b`` checks
+    the count and each group), ``A``'s backlog untouched and its head back
+    (received and released by each of the two runs that hold it)."""
+    behind = bench_local.GroupBacklog(tmp_path / "behind", backlog=30, count=3)
+    for run in (
+        lambda: behind.alone(tmp_path / "alone-group", targeted=True),
+        lambda: behind.behind(held=False, targeted=True),
+        lambda: behind.behind(held=True, targeted=True),
+        lambda: behind.alone(tmp_path / "alone-any", targeted=False),
+        lambda: behind.behind(held=True, targeted=False),
+    ):
+        assert run() > 0
+    with vsqs.Queue(tmp_path / "behind") as q:
+        assert q.stats().ready == 30
+        head = q.receive()
+        assert head is not None and head.group == "A" and head.receive_count == 3
+
+
+@pytest.mark.processes
+def test_four_grouped_consumers_take_every_message(tmp_path: Path) -> None:
+    """1 producer + 4 consumer processes, 100 groups: every message taken once
+    (``four_consumers`` checks the count)."""
+    assert bench_local.four_consumers("grouped", tmp_path / "q", 300) > 0
+    assert bench_local.PROCESS_DETAIL["grouped"]
