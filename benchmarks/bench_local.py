@@ -392,8 +392,10 @@ def long_poll_latency(path: Path, samples: int) -> list[float]:
 
 
 # ------------------------------------------- a backlog in another group
-#: Per backlog variant: the first receive's ms (it lists the queue), best of the runs.
+#: Per backlog variant, best of the runs: the first receive's ms (it lists the
+#: queue), and the µs per receive+delete of the others.
 FIRST_RECEIVE_MS: dict[str, float] = {}
+AFTER_FIRST_US: dict[str, float] = {}
 
 
 def drain_group_b(path: Path, variant: str, targeted: bool, count: int) -> float:
@@ -412,6 +414,8 @@ def drain_group_b(path: Path, variant: str, targeted: bool, count: int) -> float
         elapsed = time.perf_counter() - start
     assert received == count, (variant, received, count)
     FIRST_RECEIVE_MS[variant] = min(FIRST_RECEIVE_MS.get(variant, math.inf), first * 1e3)
+    rest = (elapsed - first) / max(1, received - 1) * 1e6
+    AFTER_FIRST_US[variant] = min(AFTER_FIRST_US.get(variant, math.inf), rest)
     return elapsed / received * 1e6
 
 
@@ -474,6 +478,7 @@ def group_backlog(work: Workdir, backlog: int, count: int, repeat: int) -> dict[
     for variant, base in BEHIND.items():
         result[f"{variant}/{base}"] = result[variant] / result[base]
     result["first_receive_ms"] = dict(FIRST_RECEIVE_MS)
+    result["after_first_us"] = dict(AFTER_FIRST_US)
     return result
 
 
@@ -550,7 +555,8 @@ def print_groups(groups: dict[str, Any]) -> None:
         f" µs/msg, no groups {procs['vsqs']:.1f} µs/msg: ratio {procs['grouped/vsqs']:.2f}"
     )
     print(f"receive+delete of {behind['B']} messages of group B, alone and behind "
-          f"{behind['A']:,} of group A (µs/msg; first receive ms):")  # fmt: skip
+          f"{behind['A']:,} of group A (µs/msg; the first receive, which lists, in ms; "
+          f"the others in µs/msg):")  # fmt: skip
     for variant, label in (
         ("alone_group", "alone, receive(group=B)"),
         ("free_group", "behind, A free, receive(group=B)"),
@@ -558,10 +564,14 @@ def print_groups(groups: dict[str, Any]) -> None:
         ("alone_any", "alone, receive()"),
         ("held_any", "behind, A held, receive()"),
     ):
-        first = behind["first_receive_ms"][variant]
+        first, rest = behind["first_receive_ms"][variant], behind["after_first_us"][variant]
         base = BEHIND.get(variant)
-        tail = f"; {behind[f'{variant}/{base}']:.2f}x alone" if base else ""
-        print(f"  {label:36} {behind[variant]:10.1f} µs/msg; first {first:8.1f} ms{tail}")
+        tail = ""
+        if base:
+            after = rest / behind["after_first_us"][base]
+            tail = f"; {behind[f'{variant}/{base}']:.2f}x alone ({after:.2f}x after the first)"
+        print(f"  {label:34} {behind[variant]:9.1f} µs/msg; first {first:6.1f} ms, "
+              f"then {rest:8.1f} µs/msg{tail}")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
