@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import multiprocessing
 import os
 import random
@@ -260,15 +261,17 @@ def dirq_receive_delete(path: Path, count: int) -> float:
 # ------------------------------------------- 1 producer + 4 consumer processes
 #: Per 4-consumer run and kind: when the producer finished, and the CPU time the
 #: consumers used, in µs per message (diagnostics: is the run producer-bound?).
-PROCESS_DETAIL: dict[str, list[dict[str, float]]] = {"vsqs": [], "dirq": []}
+PROCESS_DETAIL: dict[str, list[dict[str, float]]] = {"vsqs": [], "grouped": [], "dirq": []}
+#: Groups of the ``grouped`` 4-consumer run: message i goes to group ``g{i % GROUPS}``.
+GROUPS = 100
 
 
 def _produce(kind: str, path: str, count: int, go: Any) -> None:
-    if kind == "vsqs":
+    if kind != "dirq":
         q = vsqs.Queue(path, durable=False)
         go.wait()
-        for _ in range(count):
-            q.send(BODY)
+        for i in range(count):
+            q.send(BODY, group=f"g{i % GROUPS}" if kind == "grouped" else None)
     else:
         from dirq.QueueSimple import QueueSimple
 
@@ -281,7 +284,7 @@ def _produce(kind: str, path: str, count: int, go: Any) -> None:
 def _consume(kind: str, path: str, done: Any, go: Any, taken: Any, cpu: Any) -> None:
     """Take messages until the producer is done and the queue is empty."""
     mine = 0
-    if kind == "vsqs":
+    if kind != "dirq":
         q = vsqs.Queue(path, durable=False)
         go.wait()
         started = time.process_time()
@@ -311,9 +314,12 @@ def _consume(kind: str, path: str, done: Any, go: Any, taken: Any, cpu: Any) -> 
 
 
 def four_consumers(kind: str, path: Path, count: int) -> float:
-    """Wall time µs per message for 1 producer + 4 consumers, start to last ack."""
+    """Wall time µs per message for 1 producer + 4 consumers, start to last ack.
+
+    ``kind``: ``"vsqs"``, ``"grouped"`` (vsqs, each message in one of
+    :data:`GROUPS` groups, round robin) or ``"dirq"``."""
     target = str(path)
-    if kind == "vsqs":
+    if kind != "dirq":
         vsqs.Queue(target).close()
     go, done = ctx.Barrier(6), ctx.Event()
     taken, cpu = ctx.Value("l", 0), ctx.Value("d", 0.0)
@@ -385,11 +391,105 @@ def long_poll_latency(path: Path, samples: int) -> list[float]:
     return sorted((returned[i] - sent[i]) / 1e6 for i in sent)
 
 
+# ------------------------------------------- a backlog in another group
+#: Per backlog variant, best of the runs: the first receive's ms (it lists the
+#: queue), and the µs per receive+delete of the others.
+FIRST_RECEIVE_MS: dict[str, float] = {}
+AFTER_FIRST_US: dict[str, float] = {}
+
+
+def drain_group_b(path: Path, variant: str, targeted: bool, count: int) -> float:
+    """µs per receive+delete of the ``count`` messages of group ``B`` in ``path``
+    with a new client, until it receives nothing (``receive(group="B")`` if
+    ``targeted``, else ``receive()``); checks that it received those and no other."""
+    with vsqs.Queue(path, durable=False) as q:
+        start = time.perf_counter()
+        received, first = 0, 0.0
+        while (msg := q.receive(group="B" if targeted else None)) is not None:
+            if not received:
+                first = time.perf_counter() - start
+            assert msg.group == "B", msg.group
+            msg.delete()
+            received += 1
+        elapsed = time.perf_counter() - start
+    assert received == count, (variant, received, count)
+    FIRST_RECEIVE_MS[variant] = min(FIRST_RECEIVE_MS.get(variant, math.inf), first * 1e3)
+    rest = (elapsed - first) / max(1, received - 1) * 1e6
+    AFTER_FIRST_US[variant] = min(AFTER_FIRST_US.get(variant, math.inf), rest)
+    return elapsed / received * 1e6
+
+
+class GroupBacklog:
+    """One queue holding ``backlog`` messages of group ``A`` (filled once),
+    into which each run sends ``count`` messages of group ``B`` (after ``A``'s,
+    so behind the whole backlog in FIFO order) and times their drain."""
+
+    def __init__(self, path: Path, backlog: int, count: int) -> None:
+        self.path, self.count = path, count
+        with vsqs.Queue(path, durable=False) as q:
+            for start in range(0, backlog, 1000):
+                q.send_batch([BODY] * min(1000, backlog - start), group="A")
+
+    def alone(self, fresh: Path, targeted: bool) -> float:
+        """The baseline: the same drain on a queue holding only the ``B`` messages."""
+        fill_group_b(fresh, self.count)
+        variant = "alone_" + ("group" if targeted else "any")
+        return drain_group_b(fresh, variant, targeted, self.count)
+
+    def behind(self, held: bool, targeted: bool) -> float:
+        """The drain behind the backlog, ``A``'s head in flight (received by
+        another client, visibility 1 h) if ``held``, else every ``A`` ready."""
+        fill_group_b(self.path, self.count)
+        with vsqs.Queue(self.path, durable=False) as holder:
+            head = holder.receive(group="A", visibility_timeout=3600) if held else None
+            assert head is not None or not held
+            variant = f"{'held' if held else 'free'}_{'group' if targeted else 'any'}"
+            try:
+                return drain_group_b(self.path, variant, targeted, self.count)
+            finally:
+                if head is not None:
+                    head.release()
+
+
+def fill_group_b(path: Path, count: int) -> None:
+    with vsqs.Queue(path, durable=False) as q:
+        q.send_batch([BODY] * count, group="B")
+    time.sleep(max(YOUNG_MS / 1000, STALE_AFTER) + 0.1)  # as fill(): an old backlog
+
+
+#: Each variant behind the backlog, and its baseline (the same receive, alone).
+BEHIND = {"free_group": "alone_group", "held_group": "alone_group", "held_any": "alone_any"}
+
+
+def group_backlog(work: Workdir, backlog: int, count: int, repeat: int) -> dict[str, Any]:
+    """Receive+delete of group B's messages alone and behind ``backlog`` messages
+    of group A; with ``A`` free only a targeted receive can reach ``B``."""
+    behind = GroupBacklog(work.fresh(), backlog, count)
+    result = compare(
+        {
+            "alone_group": lambda: behind.alone(work.fresh(), targeted=True),
+            "free_group": lambda: behind.behind(held=False, targeted=True),
+            "held_group": lambda: behind.behind(held=True, targeted=True),
+            "alone_any": lambda: behind.alone(work.fresh(), targeted=False),
+            "held_any": lambda: behind.behind(held=True, targeted=False),
+        },
+        repeat,
+    )
+    for variant, base in BEHIND.items():
+        result[f"{variant}/{base}"] = result[variant] / result[base]
+    result["first_receive_ms"] = dict(FIRST_RECEIVE_MS)
+    result["after_first_us"] = dict(AFTER_FIRST_US)
+    return result
+
+
 # ---------------------------------------------------------------------- main
-def goals(figures: dict[str, dict[str, Any]], extra: dict[str, float]) -> list[dict[str, Any]]:
-    """The issue's goals, each with the measured figure and whether it is met."""
+Check = tuple[str, float, str, float]
+
+
+def goals(figures: dict[str, dict[str, Any]], extra: dict[str, float]) -> list[Check]:
+    """The goals of the main workloads, each with its measured figure."""
     send, drain, procs = figures["send"], figures["receive_delete"], figures["four_consumers"]
-    checks = [
+    return [
         ("non-durable send within 1.5x of raw", send["vsqs/raw"], "<=", 1.5),
         ("receive+delete within 1.5x of raw", drain["vsqs/raw"], "<=", 1.5),
         ("send faster than dirq", send["vsqs/dirq"], "<", 1.0),
@@ -398,6 +498,24 @@ def goals(figures: dict[str, dict[str, Any]], extra: dict[str, float]) -> list[d
         ("drain at 100k within 1.5x of 1k per message", extra["drain_big/small"], "<=", 1.5),
         ("durable send_batch(100) >= 10x faster per message", extra["batch_speedup"], ">=", 10.0),
     ]
+
+
+def group_goals(groups: dict[str, Any]) -> list[Check]:
+    """Issue 29's goals: groups cost little, and a group's backlog slows no other."""
+    procs, behind = groups["four_consumers"], groups["backlog"]
+    return [
+        ("4 consumers, 100 groups, within 1.5x of no groups", procs["grouped/vsqs"], "<=", 1.5),
+        ("group B behind A's backlog, A free, receive(group=B): within 2x",
+         behind["free_group/alone_group"], "<=", 2.0),
+        ("group B behind A's backlog, A held, receive(group=B): within 2x",
+         behind["held_group/alone_group"], "<=", 2.0),
+        ("group B behind A's backlog, A held, receive(): within 2x",
+         behind["held_any/alone_any"], "<=", 2.0),
+    ]  # fmt: skip
+
+
+def verdicts(checks: list[Check]) -> list[dict[str, Any]]:
+    """Each goal with its measured figure and whether it is met."""
     ops: dict[str, Callable[[float, float], bool]] = {
         "<": lambda a, b: a < b,
         "<=": lambda a, b: a <= b,
@@ -409,6 +527,53 @@ def goals(figures: dict[str, dict[str, Any]], extra: dict[str, float]) -> list[d
     ]
 
 
+def measure_groups(work: Workdir, quick: bool, rep: int) -> dict[str, Any]:
+    """Issue 29's workloads: 4 consumers with and without groups, and a group
+    drained alone and behind another group's backlog."""
+    n_procs = 5_000 if quick else 20_000
+    backlog = 20_000 if quick else 100_000
+    count = 100 if quick else 200
+    log(f"1 producer + 4 consumers, {GROUPS} groups and none ...")
+    procs = compare(
+        {
+            "grouped": lambda: four_consumers("grouped", work.fresh(), n_procs),
+            "vsqs": lambda: four_consumers("vsqs", work.fresh(), n_procs),
+        },
+        rep,
+    )
+    procs["messages"] = n_procs
+    procs["grouped/vsqs"] = procs["grouped"] / procs["vsqs"]
+    log(f"{count} messages of group B behind {backlog:,} of group A ...")
+    behind = group_backlog(work, backlog, count, max(1, rep - 2))
+    return {"four_consumers": procs, "backlog": {"A": backlog, "B": count, **behind}}
+
+
+def print_groups(groups: dict[str, Any]) -> None:
+    procs, behind = groups["four_consumers"], groups["backlog"]
+    print(
+        f"1 producer + 4 consumers (n={procs['messages']}): {GROUPS} groups {procs['grouped']:.1f}"
+        f" µs/msg, no groups {procs['vsqs']:.1f} µs/msg: ratio {procs['grouped/vsqs']:.2f}"
+    )
+    print(f"receive+delete of {behind['B']} messages of group B, alone and behind "
+          f"{behind['A']:,} of group A (µs/msg; the first receive, which lists, in ms; "
+          f"the others in µs/msg):")  # fmt: skip
+    for variant, label in (
+        ("alone_group", "alone, receive(group=B)"),
+        ("free_group", "behind, A free, receive(group=B)"),
+        ("held_group", "behind, A held, receive(group=B)"),
+        ("alone_any", "alone, receive()"),
+        ("held_any", "behind, A held, receive()"),
+    ):
+        first, rest = behind["first_receive_ms"][variant], behind["after_first_us"][variant]
+        base = BEHIND.get(variant)
+        tail = ""
+        if base:
+            after = rest / behind["after_first_us"][base]
+            tail = f"; {behind[f'{variant}/{base}']:.2f}x alone ({after:.2f}x after the first)"
+        print(f"  {label:34} {behind[variant]:9.1f} µs/msg; first {first:6.1f} ms, "
+              f"then {rest:8.1f} µs/msg{tail}")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -417,7 +582,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5, help="runs per workload (best)")
     parser.add_argument("--workdir", help="parent of the work directory (default: system temp)")
     parser.add_argument("--json", metavar="PATH", help="also write every figure as JSON to PATH")
+    parser.add_argument("--groups", action="store_true", help="only the message-group workloads")
     args = parser.parse_args(argv)
+    if args.groups:
+        return groups_main(args)
     n = 3_000 if args.quick else 20_000
     n_durable = 200 if args.quick else 1_000
     big = 20_000 if args.quick else 100_000
@@ -489,15 +657,17 @@ def main(argv: list[str] | None = None) -> int:
         peak = vsqs_drain_peak_memory(work.fresh(), big)
         log("long-poll latency ...")
         latencies = long_poll_latency(work.fresh(), samples)
+        groups = measure_groups(work, args.quick, rep)
     finally:
         work.cleanup()
 
     p50 = latencies[len(latencies) // 2]
     p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
-    verdicts = goals(
+    checks = goals(
         figures,
         {"drain_big/small": draining["big/small"], "batch_speedup": batching["single/batch"]},
     )
+    met = verdicts(checks + group_goals(groups))
     summary = {
         "workloads": {labels[key]: f for key, f in figures.items()},
         "durable_send_batch_100": batching,
@@ -509,7 +679,8 @@ def main(argv: list[str] | None = None) -> int:
             for kind, runs in PROCESS_DETAIL.items()
             if runs
         },
-        "goals": verdicts,
+        "groups": groups,
+        "goals": met,
         "repeat": rep,
     }
     if args.json:
@@ -551,11 +722,34 @@ def main(argv: list[str] | None = None) -> int:
             f"4 consumers, {kind}: producer done after {detail['producer_done_us']:.1f} µs/msg; "
             f"consumers used {detail['consumer_cpu_us']:.1f} µs CPU/msg"
         )
+    print_groups(groups)
+    print_verdicts(met)
+    return 0
+
+
+def groups_main(args: argparse.Namespace) -> int:
+    """``--groups``: only :func:`measure_groups`, its figures and goals."""
+    rep = max(1, args.repeat)
+    work = Workdir(args.workdir)
+    try:
+        groups = measure_groups(work, args.quick, rep)
+    finally:
+        work.cleanup()
+    met = verdicts(group_goals(groups))
+    if args.json:
+        summary = {"groups": groups, "goals": met, "repeat": rep}
+        Path(args.json).write_text(json.dumps(summary, indent=1) + "\n")
+    print(f"best of {rep} runs per variant (backlog drains: best of {max(1, rep - 2)})")
+    print_groups(groups)
+    print_verdicts(met)
+    return 0
+
+
+def print_verdicts(met: list[dict[str, Any]]) -> None:
     print()
-    for v in verdicts:
+    for v in met:
         mark = "met   " if v["met"] else "MISSED"
         print(f"{mark} {v['goal']}: {v['figure']:.2f} (target {v['target']})")
-    return 0
 
 
 if __name__ == "__main__":

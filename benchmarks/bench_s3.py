@@ -77,11 +77,33 @@ def flush(q: vsqs.Queue) -> None:
     store.flush()
 
 
-def count_requests(root: str, options: dict[str, Any], backlog: int) -> dict[str, Any]:
-    """Requests of each operation once the receiver has its candidates."""
+#: The sends compared (issue 29): plain, with a message group (all in one
+#: group), with a deduplication id (a new one per message).
+KINDS = ("plain", "group", "dedup")
+
+
+def outgoing(kind: str) -> vsqs.Outgoing:
+    """One message of ``kind``."""
+    if kind == "group":
+        return vsqs.Outgoing(BODY, group="g")
+    if kind == "dedup":
+        return vsqs.Outgoing(BODY, dedup_id=uuid.uuid4().hex)
+    return vsqs.Outgoing(BODY)
+
+
+def send_one(q: vsqs.Queue, kind: str) -> None:
+    item = outgoing(kind)
+    q.send(item.body, group=item.group, dedup_id=item.dedup_id)
+
+
+def count_requests(
+    root: str, options: dict[str, Any], backlog: int, kind: str = "plain"
+) -> dict[str, Any]:
+    """Requests of each operation once the receiver has its candidates, every
+    message sent as ``kind``."""
     with vsqs.Queue(fresh_url(root), storage_options=options) as q:
         protocol = q.protocol
-        q.send_batch([BODY] * backlog)
+        q.send_batch([outgoing(kind) for _ in range(backlog)])
         counts = requests_of(q)
         counts.clear()
         first = q.receive()
@@ -89,11 +111,12 @@ def count_requests(root: str, options: dict[str, Any], backlog: int) -> dict[str
         first_receive = dict(counts)
         first.delete()
         counts.clear()
-        q.send(BODY)
+        send_one(q, kind)
         send = dict(counts)
         counts.clear()
         msg = q.receive()
         assert msg is not None
+        assert (msg.group is not None) == (kind == "group"), msg.group
         receive = dict(counts)
         counts.clear()
         msg.delete()
@@ -101,6 +124,7 @@ def count_requests(root: str, options: dict[str, Any], backlog: int) -> dict[str
     lifecycle = sum(send.values()) + sum(receive.values()) + sum(delete.values())
     return {
         "protocol": protocol,
+        "kind": kind,
         "backlog": backlog,
         "send": send,
         "first_receive": first_receive,
@@ -110,15 +134,19 @@ def count_requests(root: str, options: dict[str, Any], backlog: int) -> dict[str
     }
 
 
-def steady_requests(root: str, options: dict[str, Any], count: int) -> dict[str, float]:
-    """Requests per message of sending ``count`` one by one, receiving them in
-    batches of 10 and acking each, until the queue is closed (which sends what
-    deletions it held back): everything a message costs, listings included."""
+def steady_requests(
+    root: str, options: dict[str, Any], count: int, kind: str = "plain"
+) -> dict[str, float]:
+    """Requests per message of sending ``count`` one by one (as ``kind``),
+    receiving them in batches of 10 and acking each, until the queue is closed
+    (which sends what deletions it held back): everything a message costs,
+    listings included. A grouped batch takes one message (one group, one in
+    flight)."""
     with vsqs.Queue(fresh_url(root), storage_options=options) as q:
         counts = requests_of(q)
         counts.clear()
         for _ in range(count):
-            q.send(BODY)
+            send_one(q, kind)
         done = 0
         while msgs := q.receive_batch(10):
             for msg in msgs:
@@ -128,6 +156,36 @@ def steady_requests(root: str, options: dict[str, Any], count: int) -> dict[str,
     return {kind: n / count for kind, n in sorted(counts.items())} | {
         "total": sum(counts.values()) / count
     }
+
+
+def by_kind(root: str, options: dict[str, Any], quick: bool) -> dict[str, dict[str, Any]]:
+    """:func:`count_requests` (backlog 10 and a large one) and
+    :func:`steady_requests` of every kind in :data:`KINDS`, side by side."""
+    large, steady = (200, 100) if quick else (3000, 300)
+    return {
+        kind: {
+            "small": count_requests(root, options, 10, kind),
+            "large": count_requests(root, options, large, kind),
+            "steady": steady_requests(root, options, steady, kind),
+        }
+        for kind in KINDS
+    }
+
+
+def print_kinds(name: str, kinds: dict[str, dict[str, Any]]) -> None:
+    """The lifecycle of each kind, and how many requests more than a plain one."""
+    plain = kinds["plain"]
+    backlogs = f"{plain['small']['backlog']} / {plain['large']['backlog']}"
+    print(f"{name}: requests per lifecycle (send, receive, delete) by kind of message, "
+          f"backlog {backlogs}; steady state")  # fmt: skip
+    for kind, f in kinds.items():
+        small, large, steady = f["small"], f["large"], f["steady"]
+        extra = max(small["lifecycle"] - plain["small"]["lifecycle"],
+                    large["lifecycle"] - plain["large"]["lifecycle"])  # fmt: skip
+        ops = ", ".join(f"{op} {sum(small[op].values())}" for op in ("send", "receive", "delete"))
+        more = steady["total"] - plain["steady"]["total"]
+        print(f"  {kind:6} {small['lifecycle']:3} / {large['lifecycle']:3} (+{extra}; {ops}); "
+              f"steady {steady['total']:.2f} (+{more:.2f})")  # fmt: skip
 
 
 def raw_lifecycle(options: dict[str, Any], count: int) -> tuple[float, float]:
@@ -359,6 +417,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--ceph", action="store_true", help="the latency mode on Ceph RGW instead of moto"
     )
+    parser.add_argument(
+        "--kinds", action="store_true", help="only the requests per operation, by kind of message"
+    )
     args = parser.parse_args(argv)
     count = 200 if args.quick else 1000
     if args.rtt is not None:
@@ -373,10 +434,10 @@ def main(argv: list[str] | None = None) -> int:
     figures: dict[str, Any] = {"stores": {}}
     with tempfile.TemporaryDirectory() as tmp:
         for name, root, options in stores(tmp):
-            small = count_requests(root, options, 10)
-            large = count_requests(root, options, 200 if args.quick else 3000)
-            steady = steady_requests(root, options, 100 if args.quick else 300)
+            table = by_kind(root, options, args.quick)
+            small, large, steady = (table["plain"][k] for k in ("small", "large", "steady"))
             figures["stores"][name] = {"small": small, "large": large, "steady": steady}
+            figures["stores"][name]["kinds"] = table
             print(f"{name}, protocol {small['protocol']}: requests per operation (backlog "
                   f"{small['backlog']} / {large['backlog']})")  # fmt: skip
             for op in ("send", "first_receive", "receive", "delete"):
@@ -384,7 +445,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  lifecycle      {small['lifecycle']}  /  {large['lifecycle']}")
             kinds = ", ".join(f"{k} {v:.2f}" for k, v in steady.items() if k != "total")
             print(f"  steady state   {steady['total']:.2f} requests per message ({kinds})")
-            if name != "S3 (moto)":
+            print_kinds(name, table)
+            if name != "S3 (moto)" or args.kinds:
                 continue
             raw_send, raw_receive = raw_lifecycle(options, count)
             send, receive = vsqs_lifecycle(options, count)
