@@ -36,11 +36,6 @@ def test_requests_per_lifecycle_by_kind(
     assert counted["lifecycle"] == lifecycle
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: deduplication records (<32 hex>.dedup) sort among and before the "
-    "message ids, so a listing's first page can hold only records",
-)
 def test_deduplication_records_add_no_listing_page(s3_server: Server) -> None:
     """A receive lists one page whatever the backlog (docs/guarantees.md), also
     after 1 001 sends with deduplication ids whose records (named by the first
