@@ -240,6 +240,10 @@ REGRESSIONS = {
     # A claim decided on a view 12 s old (a stall in its rename) took a group
     # another client had taken meanwhile.
     "r29-a-stalled-claim-took-a-group-held-since": FEATURE_PLANS["groups"](303),
+    # A dedup send whose message create had an unknown outcome left its
+    # record unmarked though the message was there: a roll forward published
+    # it again after it was acknowledged (now marked once it is seen there).
+    "r29-a-landed-dedup-message-left-unmarked": FEATURE_PLANS["dedup-ids"](27),
 }
 
 
@@ -264,7 +268,7 @@ ENGINE_BUGS: dict[str, tuple[str, int, str]] = {
     # acknowledged meanwhile) and publishes it again: at least once.
     "a-roll-forward-brings-back-an-acknowledged-message": (
         "dedup-ids",
-        27,
+        108,
         "acknowledged came back",
     ),
 }
