@@ -46,7 +46,7 @@ from ._config import QueueConfig
 from ._envelope import HEADER_SLACK, dedup_token
 from ._errors import StorageError
 from ._inspect import RESTAMP_AFTER
-from ._publish import publish
+from ._publish import PublishAs, publish
 from .stores._base import Store, TooLarge
 
 log = logging.getLogger("vsqs")
@@ -64,11 +64,6 @@ MAGIC = b"\x00vsqs-dedup 1\n"
 _NAME_RE = re.compile(r"vsqs-dedup\.([0-9a-f]{32})\.(0|[1-9][0-9]{0,12})(\.dedup|\.sent)")
 #: Rounds of read and create a send tries before it gives up.
 ATTEMPTS = 8
-
-#: ``publish(message_id, data, delay_ms)``: publish a message under this id;
-#: whether it did (not if a name of it was there, or its create's outcome
-#: is unknown: a burned name may land later).
-Publish = Callable[[str, bytes, int], bool]
 
 
 class Record(NamedTuple):
@@ -144,7 +139,7 @@ class Deduplicator:
         return int(self._config().dedup_window * 1000)
 
     def send(
-        self, dedup_id: str, message_id: str, data: bytes, delay_ms: int, publish: Publish
+        self, dedup_id: str, message_id: str, data: bytes, delay_ms: int, publish: PublishAs
     ) -> str:
         """Send ``data`` as ``message_id`` (by ``publish``) unless ``dedup_id``
         was sent within the window; return the id of the message of ``dedup_id``."""
@@ -158,7 +153,7 @@ class Deduplicator:
         return claim.id
 
     def claim(
-        self, dedup_id: str, message_id: str, data: bytes, delay_ms: int, publish: Publish
+        self, dedup_id: str, message_id: str, data: bytes, delay_ms: int, publish: PublishAs
     ) -> Claim:
         """Record ``message_id`` (``data``) as the message of ``dedup_id``, or find
         the id recorded within the window. The claim's ``sent_mark`` is set when
@@ -213,15 +208,15 @@ class Deduplicator:
                         FENCE_MS // 1000,
                     )
 
-    def _duplicate(self, record: Record, token: str, slot: int, publish: Publish) -> str:
+    def _duplicate(self, record: Record, token: str, slot: int, publish: PublishAs) -> str:
         """A send of a recorded id: the first message's id. If that message's
         sender left it unsent for longer than the fence, publish it now."""
         if self._clock.now_ms() - record.at_ms > FENCE_MS:
             self._roll_forward(record, slot_names(token, slot)[1], publish)
         return record.id
 
-    def _roll_forward(self, record: Record, sent_name: str, publish: Publish) -> bool:
-        """Publish the message of a record whose sender died (once: whoever
+    def _roll_forward(self, record: Record, sent_name: str, publish: PublishAs) -> bool:
+        """PublishAs the message of a record whose sender died (once: whoever
         creates its sent mark), unless a name of it is there (its sender died
         after publishing it); whether this call published it."""
         if not self._create(sent_name, b"") or self._is_there(record.id):
@@ -229,8 +224,8 @@ class Deduplicator:
         publish(record.id, record.data, 0)
         return True
 
-    def collect(self, listed: list[str], publish: Publish) -> list[str]:
-        """Publish the messages of records left unsent past the fence, and
+    def collect(self, listed: list[str], publish: PublishAs) -> list[str]:
+        """PublishAs the messages of records left unsent past the fence, and
         remove the names of slots two windows old; return the names removed
         and the ids published (``gc()``)."""
         now, window_ms = self._clock.now_ms(), self._window_ms()

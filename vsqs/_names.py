@@ -103,11 +103,6 @@ def id_of(name: str) -> str:
     return name if end < 0 else name[:end]
 
 
-def is_ready(name: str) -> bool:
-    """Whether ``name`` is a ready name (an id, tagged or not)."""
-    return ID_LEN <= len(name) <= MAX_ID_LEN and _ID_RE.fullmatch(name) is not None
-
-
 def group_of(message_id: str) -> str | None:
     """The group token in an id's tag (``g`` and 16 hex), ``None`` without one."""
     if len(message_id) == MAX_ID_LEN:

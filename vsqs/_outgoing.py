@@ -4,7 +4,7 @@ attributes, checked against the queue's config before anything is written."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ._config import QueueConfig
 from ._envelope import HEADER_SLACK, Meta, attributes_size, content_dedup_id, meta, seal
@@ -21,7 +21,7 @@ class Outgoing:
     body: Body
     group: str | None = None
     dedup_id: str | None = None
-    attributes: Mapping[str, str] | None = field(default=None)
+    attributes: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 
 from . import _names as names
-from ._errors import MessageTooLarge, StorageError, VsqsError, storage_errors
+from ._errors import StorageError, VsqsError, storage_errors
 from ._fanout import fan_out
 from ._inspect import RESTAMP_AFTER
 from ._outgoing import Prepared
@@ -40,18 +40,6 @@ def telling_sent(sent: list[str]) -> Iterator[None]:
     except VsqsError as exc:
         exc.sent = list(sent)
         raise
-
-
-def check_sizes(datas: list[bytes], limit: int) -> None:
-    """Refuse (:class:`MessageTooLarge`) bodies of more than ``limit`` bytes,
-    before any of them is written."""
-    for i, data in enumerate(datas):
-        if len(data) > limit:
-            which = f"message {i} of the batch" if len(datas) > 1 else "the message"
-            raise MessageTooLarge(
-                f"{which} is {len(data):,} bytes; this queue takes at most {limit:,} "
-                "(its max_message_size)"
-            )
 
 
 def publish(
