@@ -264,6 +264,7 @@ def test_create_sets_every_queue_default(tmp_path: Path) -> None:
         "max_message_size": 1000,
         "dedup_window": 300.0,
         "content_dedup": False,
+        "dead_letter_blocks_group": False,
         "format": 3,
     }
     config = vsqs.Queue(q).config

@@ -249,7 +249,7 @@ def test_create_stores_the_dedup_settings_and_checks_them_after(tmp_path: Path) 
     assert (created["dedup_window"], created["content_dedup"], created["format"]) == (60, True, 3)
     config = vsqs.Queue(q).config
     assert (config.dedup_window, config.content_dedup) == (60, True)
-    assert "dedup_window=60s content_dedup=True format=3" in said("create", q)
+    assert "dedup_window=60s content_dedup=True dead_letter_blocks_group=False" in said("create", q)
     ok("create", q, "--dedup-window", "60", "--content-dedup")  # agrees
     error(run("create", q, "--no-content-dedup"), "created with content_dedup=True, not False")
     error(run("create", q, "--dedup-window", "61"), "created with dedup_window=60.0, not 61.0")

@@ -150,6 +150,20 @@ def test_an_expired_head_is_delivered_again_before_the_rest_of_its_group(
     assert again is not None and (again.body, again.receive_count) == (b"a0", 2)
 
 
+def test_strict_dead_letters_need_a_dead_letter_queue(tmp_path: Path) -> None:
+    """The setting is stored like the others and refused where it means nothing."""
+    with pytest.raises(vsqs.InvalidArgument, match="dead_letter_blocks_group needs a dead_letter"):
+        vsqs.Queue(tmp_path / "bare", dead_letter_blocks_group=True)
+    with pytest.raises(vsqs.InvalidArgument, match="must be True or False"):
+        vsqs.Queue(tmp_path / "odd", max_receives=1, dead_letter="d", dead_letter_blocks_group=1)  # type: ignore[arg-type]
+    with vsqs.Queue(tmp_path / "q", max_receives=1, dead_letter="d", dead_letter_blocks_group=True):
+        pass
+    config = json.loads((tmp_path / "q" / "vsqs.json").read_text())
+    assert config["dead_letter_blocks_group"] is True
+    with pytest.raises(vsqs.QueueConfigError, match="dead_letter_blocks_group=True, not False"):
+        vsqs.Queue(tmp_path / "q", dead_letter_blocks_group=False)
+
+
 def test_a_dead_lettered_head_unblocks_its_group_and_keeps_group_and_attributes(
     open_queue: Opener, clock: FakeClock
 ) -> None:

@@ -26,8 +26,10 @@ from .stores._base import Outcomes, OutcomeUnknown, TooLarge
 log = logging.getLogger("vsqs")
 
 
-#: ``exhausted(held, body)``: a claimed message past ``max_receives`` (its held name and body).
-Exhausted = Callable[[str, bytes], None]
+#: ``exhausted(held, body)``: a claimed message past ``max_receives`` (its held
+#: name and body) is dead-lettered; returns the name it leaves in flight here
+#: (a blocker of its group, ``vsqs._dead_letter``), if any.
+Exhausted = Callable[[str, bytes], str | None]
 
 
 class Claim(NamedTuple):
@@ -316,8 +318,9 @@ class Claims(View):
                 continue
             body = outcome.result()
             try:
-                if self._exhausted(plan, body, max_receives, exhausted):
-                    continue  # moved to the dead-letter queue: gone from here
+                if _exhausted(plan, max_receives) and exhausted is not None:
+                    self._dead_letter(plan, body, exhausted)
+                    continue
             except (OSError, VsqsError) as exc:
                 later.append((plan.held, plan.expiry_ms))
                 failure = failure or exc
@@ -392,15 +395,13 @@ class Claims(View):
             error.strerror,
         )
 
-    @staticmethod
-    def _exhausted(
-        plan: Plan, body: bytes, max_receives: int | None, exhausted: Exhausted | None
-    ) -> bool:
-        """Hand a claim past ``max_receives`` to ``exhausted``; whether it was."""
-        if max_receives is None or exhausted is None or plan.receive_count <= max_receives:
-            return False
-        exhausted(plan.held, body)
-        return True
+    def _dead_letter(self, plan: Plan, body: bytes, exhausted: Exhausted) -> None:
+        """Move a claim past ``max_receives`` to the dead-letter queue; the
+        blocker it may leave holds its group from now on."""
+        blocker = exhausted(plan.held, body)
+        if blocker is not None:
+            with self._lock:
+                self._candidates.add_invisible(blocker, names.MAX_EXPIRY_MS)
 
     def _unexpired(self, claimed: list[Claim]) -> list[Claim]:
         """Drop claims whose visibility timeout ran out before the batch returns
@@ -452,3 +453,9 @@ def _count_before(plan: Plan) -> int:
     had = names.parse(plan.candidate)
     assert had is not None
     return had.receive_count
+
+
+def _exhausted(plan: Plan, max_receives: int | None) -> bool:
+    """Whether a claim is past ``max_receives``: one receive more than a
+    message may have (its dead-lettering)."""
+    return max_receives is not None and plan.receive_count > max_receives

@@ -148,7 +148,9 @@ class QueueConfig:
     read; a config written before it existed has the default.
     ``dedup_window``: seconds during which a second send of one deduplication
     id creates nothing; ``content_dedup``: a send without one uses the SHA-256
-    of its body. ``format``: the queue's on-disk format (2: no groups,
+    of its body. ``dead_letter_blocks_group``: a dead-lettered message of a
+    group keeps its group blocked until its dead letter is redriven or
+    deleted (docs/groups.md). ``format``: the queue's on-disk format (2: no groups,
     attributes or deduplication; docs/format.md).
     """
 
@@ -160,6 +162,7 @@ class QueueConfig:
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
     dedup_window: float = DEFAULT_DEDUP_WINDOW
     content_dedup: bool = False
+    dead_letter_blocks_group: bool = False
     #: Not a setting: the format the queue was created in.
     format: int = field(default=FORMAT_VERSION, metadata={"setting": False})
 
@@ -169,8 +172,9 @@ class QueueConfig:
         positive_int(self.max_message_size, "max_message_size")
         if seconds(self.dedup_window, "dedup_window") == 0:
             raise InvalidArgument("dedup_window must be more than 0 seconds")
-        if not isinstance(self.content_dedup, bool):
-            raise InvalidArgument("content_dedup must be True or False")
+        for flag in ("content_dedup", "dead_letter_blocks_group"):
+            if not isinstance(getattr(self, flag), bool):
+                raise InvalidArgument(f"{flag} must be True or False")
         if self.format not in READABLE_FORMATS:
             raise InvalidArgument(f"format {self.format!r} is not one this vsqs reads")
         if self.max_receives is not None:
@@ -179,6 +183,8 @@ class QueueConfig:
             raise InvalidArgument("dead_letter must be a queue name, path or URL (str)")
         if (self.max_receives is None) != (self.dead_letter is None):
             raise InvalidArgument("max_receives and dead_letter go together: give both or neither")
+        if self.dead_letter_blocks_group and self.dead_letter is None:
+            raise InvalidArgument("dead_letter_blocks_group needs a dead_letter (and max_receives)")
 
     @classmethod
     def create(cls, requested: dict[str, Any]) -> QueueConfig:

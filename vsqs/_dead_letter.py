@@ -12,6 +12,14 @@ deleted by a name a listing (or a lookup) showed with its message, so no
 late or repeated delete can remove the record of a later dead-lettering. A
 record whose message is gone is removed by ``gc()``, by ``purge()``, and by
 the ack of its message (a redrive's too) when its receiver listed it.
+
+Where the queue's ``dead_letter_blocks_group`` is set, a dead-lettered
+message of a group is not deleted at its source: it is renamed to its
+*blocker*, the same message in flight until the end of the format's time
+(:data:`~vsqs._names.MAX_EXPIRY_MS`), which holds its group as any message in
+flight does. Receivers of the queue remove a blocker once its dead letter has
+left the dead-letter queue (acknowledged, purged, redriven or moved):
+:meth:`DeadLetters.unblock`.
 """
 
 from __future__ import annotations
@@ -25,7 +33,14 @@ from datetime import UTC, datetime
 from typing import NamedTuple, Protocol
 
 from . import _names as names
-from ._errors import InvalidArgument, InvalidQueueName, QueueNotFound, StorageError, storage_errors
+from ._errors import (
+    InvalidArgument,
+    InvalidQueueName,
+    QueueNotFound,
+    StorageError,
+    VsqsError,
+    storage_errors,
+)
 from ._inspect import message_count
 from ._message import DeadLettered, read_record
 from ._publish import publish
@@ -37,6 +52,14 @@ log = logging.getLogger("vsqs")
 
 #: Names a move into another queue tries before it gives up.
 MOVE_ATTEMPTS = 3
+#: A receiver looks for the dead letter of a blocker it lists at most once
+#: in this many seconds, and for at most ``BLOCKER_CHECKS`` of them a listing.
+BLOCKER_CHECK = 5.0
+BLOCKER_CHECKS = 8
+
+#: ``unblock(blockers, now)``: the blockers of a listing whose dead letter is
+#: gone, removed (``now``: the receiver's monotonic clock, seconds).
+Unblock = Callable[[list[str], float], list[str]]
 
 
 class Origin(NamedTuple):
@@ -228,13 +251,21 @@ class DeadLetters:
     """The dead-letter queue of one queue, opened on first use.
 
     ``open_queue(create)`` opens it (``QueueNotFound`` if it does not exist
-    and ``create`` is false).
+    and ``create`` is false); ``blocks()``: whether a dead-lettered message
+    of a group leaves a blocker (the queue's ``dead_letter_blocks_group``).
     """
 
-    def __init__(self, source: Store, open_queue: Callable[[bool], DeadLetterQueue]) -> None:
+    def __init__(
+        self,
+        source: Store,
+        open_queue: Callable[[bool], DeadLetterQueue],
+        blocks: Callable[[], bool],
+    ) -> None:
         self._source = source
         self._open_queue = open_queue
+        self._blocks = blocks
         self._queue: DeadLetterQueue | None = None
+        self._checked: dict[str, float] = {}  # blocker: when its dead letter was looked for
 
     def queue(self, *, create: bool = True) -> DeadLetterQueue | None:
         """The dead-letter queue; ``None`` if it does not exist and ``create`` is false."""
@@ -255,12 +286,13 @@ class DeadLetters:
         with storage_errors(f"listing {dlq.url}"):
             return message_count(dlq.store)
 
-    def take(self, held: str, body: bytes) -> None:
+    def take(self, held: str, body: bytes) -> str | None:
         """Move a message this client holds (as ``held``, with ``body``) to the
         dead-letter queue, keeping its id, with its origin record: this queue,
         the times it was received here, and now. If this raises, the message
         stays held at its source, and comes back there when its visibility
-        timeout runs out."""
+        timeout runs out. Returns the name of its blocker, where it leaves one
+        (``dead_letter_blocks_group``, a message of a group), else ``None``."""
         parsed = names.parse(held)
         assert parsed is not None
         dlq = self.queue()
@@ -270,13 +302,74 @@ class DeadLetters:
         # The claim that found it exhausted counted one receive nobody got.
         origin = DeadLettered(self._source.url, parsed.receive_count - 1, at)
         move_in(dlq.store, dlq.durable, parsed, body, Origin(clock.next_id(), origin.to_json()))
+        log.info("%s: message %s dead-lettered to %s", self._source.url, parsed.id, dlq.url)
+        if parsed.group is not None and self._blocks():
+            blocker = names.next_name(parsed, names.MAX_EXPIRY_MS, parsed.receive_count)
+            self._source.rename(held, blocker)
+            return blocker
         with suppress(FileNotFoundError):
             self._source.delete(held, known=True)
-        log.info("%s: message %s dead-lettered to %s", self._source.url, parsed.id, dlq.url)
+        return None
+
+    def unblock(self, found: list[str], now: float) -> list[str]:
+        """Remove the blockers among ``found`` (a listing's) whose dead letter
+        has left the dead-letter queue, and return their names: from then on
+        their groups go on. Each is looked for at most once in
+        :data:`BLOCKER_CHECK` seconds (``now``, monotonic), at most
+        :data:`BLOCKER_CHECKS` a call; a look that fails is tried again later.
+
+        The dead letter is looked for by its FIFO position and group, so
+        under the id a move into the dead-letter queue gave it, its own or a
+        sibling; it counts as gone once two listings miss it (a directory
+        listing may miss a name renamed while it runs). A redrive publishes
+        it at its source before it leaves: it is the group's head again."""
+        checked = {name: self._checked[name] for name in found if name in self._checked}
+        self._checked = checked
+        due = sorted(found, key=lambda name: checked.get(name, -math.inf))[:BLOCKER_CHECKS]
+        removed: list[str] = []
+        for name in due:
+            if checked.get(name, -math.inf) + BLOCKER_CHECK > now:
+                break
+            checked[name] = now
+            try:
+                dlq = self.queue(create=False)
+                if dlq is not None and _dead_letter_of(dlq.store, name):
+                    continue
+                with suppress(FileNotFoundError):
+                    self._source.delete(name, known=True)
+            except (OSError, VsqsError) as exc:
+                log.info("%s: blocker %s is kept for now: %s", self._source.url, name, exc)
+                continue
+            log.info("%s: the dead letter of %s is gone; its group goes on", self._source.url, name)
+            removed.append(name)
+        return removed
 
     def close(self) -> None:
         if self._queue is not None:
             self._queue.close()
+
+
+def blockers(pending: dict[str, int]) -> list[str]:
+    """The blockers among a listing's invisible names and their expiries."""
+    return [
+        name
+        for name, expiry in pending.items()
+        if expiry == names.MAX_EXPIRY_MS and names.group_of(names.id_of(name)) is not None
+    ]
+
+
+def _dead_letter_of(store: Store, blocker: str) -> bool:
+    """Whether ``store``, a dead-letter queue, may hold the dead letter of
+    ``blocker``: a name of a message at its FIFO position and of its group
+    (a ``.new`` is a move under way) in either of two listings."""
+    message_id = names.id_of(blocker)
+    position, tag = message_id[: names.ID_LEN - names.NONCE_LEN], names.tag_of(message_id)
+    for _ in range(2):
+        for name in store.list(prefix=position, settle=True):
+            parsed = names.parse(name)
+            if parsed is not None and names.tag_of(parsed.id) == tag:
+                return True
+    return False
 
 
 def collect_origins(store: Store, now_ms: int, grace_ms: int) -> list[str]:

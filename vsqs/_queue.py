@@ -14,7 +14,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import suppress
-from types import TracebackType
 from typing import Any
 
 from . import _admin as admin
@@ -61,9 +60,10 @@ class Queue:
     of the parent held stays held; docs/guarantees.md, "After fork").
 
     ``visibility_timeout``, ``max_receives``, ``dead_letter``, ``retry_delay``,
-    ``max_retry_delay``, ``max_message_size``, ``dedup_window`` and
-    ``content_dedup`` are the queue's settings, written into its config when
-    this call creates it and checked against it otherwise; the others are
+    ``max_retry_delay``, ``max_message_size``, ``dedup_window``,
+    ``content_dedup`` and ``dead_letter_blocks_group`` are the queue's
+    settings, written into its config when this call creates it and checked
+    against it otherwise; the others are
     this client's. What is left out comes from the queue's config, then
     ``VSQS_*`` environment variables, then built-in values
     (docs/settings.md). No file is read but the queue's own.
@@ -92,6 +92,7 @@ class Queue:
         max_message_size: int | None = None,
         dedup_window: float | None = None,
         content_dedup: bool | None = None,
+        dead_letter_blocks_group: bool | None = None,
     ) -> None:
         self._store = open_store(url, storage_options)
         self._closed = False
@@ -108,6 +109,9 @@ class Queue:
         self._new_grace_ms = int(seconds(new_grace, "new_grace") * 1000)
         if max_poll_interval is None:
             max_poll_interval = env_seconds(ENV_MAX_POLL_INTERVAL, DEFAULT_MAX_POLL_INTERVAL)
+        self._dead_letters = DeadLetters(
+            self._store, self._open_dead_letter, lambda: self.config.dead_letter_blocks_group
+        )
         self._receiver = Receiver(
             self._store,
             self._clock,
@@ -118,7 +122,6 @@ class Queue:
         self._publisher = Publisher(
             self._store, self._clock, self.durable, self._receiver.sent, self._dedup.send
         )
-        self._dead_letters = DeadLetters(self._store, self._open_dead_letter)
         self._settler = Settler(self, self._store, self._clock, self._receiver)
         settings = requested(
             visibility_timeout=visibility_timeout,
@@ -129,6 +132,7 @@ class Queue:
             max_message_size=max_message_size,
             dedup_window=dedup_window,
             content_dedup=content_dedup,
+            dead_letter_blocks_group=dead_letter_blocks_group,
         )
         try:
             check_target(dead_letter, self.url, given=True)  # before anything is created
@@ -141,6 +145,8 @@ class Queue:
                 requested=settings,
             )
             check_target(self.config.dead_letter, self.url, given=False)  # another client's
+            if self.config.dead_letter_blocks_group:
+                self._receiver.unblock = self._dead_letters.unblock
         except BaseException:
             self.close()
             raise
@@ -221,12 +227,7 @@ class Queue:
     def __enter__(self) -> Queue:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

@@ -17,6 +17,7 @@ import math
 from . import _forks
 from . import _names as names
 from ._candidates import Candidates, Listing, Unreadable
+from ._dead_letter import Unblock, blockers
 from ._groups import token_of
 from ._inspect import collect_stale_new, stale_new_before
 from .stores._base import Store
@@ -51,6 +52,9 @@ class View:
         #: read, or with no name left to claim them under (docs/format.md).
         self._passed_over: set[str] = set()
         self._unreadable = Unreadable()
+        #: Set where the queue's dead letters block their groups: removes the
+        #: blockers a listing shows whose dead letter is gone (vsqs._dead_letter).
+        self.unblock: Unblock | None = None
 
     @property
     def candidates(self) -> Candidates:
@@ -177,6 +181,9 @@ class View:
             # a listing without a feed (docs/format.md, "FIFO").
             listing = _without_feed(listing, now_ms, c.young)
         c.refresh(listing, token, during, started, self._clock.elapsed())
+        if self.unblock is not None and (found := blockers(listing.pending)):
+            for name in self.unblock(found, self._clock.elapsed()):
+                c.forget(name)  # its group goes on
         for message_id in store.moving:  # another client's move under way: in flight
             group = names.group_of(message_id)
             if group is not None:

@@ -126,6 +126,11 @@ def main() -> None:
     default=None,
     help="A send without --dedup-id uses the SHA-256 of its body (default: no).",
 )
+@click.option(
+    "--dead-letter-blocks-group/--no-dead-letter-blocks-group",
+    default=None,
+    help="A dead-lettered message keeps its group blocked until it is redriven or deleted.",
+)
 @json_option
 @queue_options
 def create(url: str, as_json: bool, **defaults: Any) -> None:
@@ -141,7 +146,8 @@ def create(url: str, as_json: bool, **defaults: Any) -> None:
             f"max_receives={f['max_receives']} dead_letter={f['dead_letter']} "
             f"retry_delay={f['retry_delay']:g}s max_retry_delay={f['max_retry_delay']:g}s "
             f"max_message_size={f['max_message_size']} dedup_window={f['dedup_window']:g}s "
-            f"content_dedup={f['content_dedup']} format={f['format']}"
+            f"content_dedup={f['content_dedup']} "
+            f"dead_letter_blocks_group={f['dead_letter_blocks_group']} format={f['format']}"
         ),
         as_json=as_json,
         queue=queue.url,

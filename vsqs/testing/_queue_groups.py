@@ -12,6 +12,7 @@ import pytest
 
 import vsqs
 from vsqs._candidates import STALE_AFTER
+from vsqs._dead_letter import BLOCKER_CHECK
 from vsqs._view import HEAD_NAMES
 
 from ._clock import FakeClock
@@ -215,6 +216,56 @@ class GroupTests:
                 assert dead.dead_lettered is not None
                 got = dlq.receive()
                 assert got is not None and received([got]) == [("a", b"a1")]
+
+    def test_a_strict_dead_letter_blocks_its_group_until_it_is_deleted(
+        self, store: vsqs.Store, clock: FakeClock
+    ) -> None:
+        strict = {"max_receives": 1, "dead_letter": "dlq", "dead_letter_blocks_group": True}
+        with vsqs.Queue(store, clock=clock, **strict) as q:  # type: ignore[arg-type]
+            poison = q.send(b"a1", group="a")
+            q.send(b"a2", group="a")
+            b1 = q.send(b"b1", group="b")
+            plain = q.send(b"plain")
+            held = q.receive(visibility_timeout=1)
+            assert held is not None and held.id == poison
+            clock.advance(1)
+            got = q.receive_batch(10)  # the head goes to the dead-letter queue; a2 waits
+            assert sorted(m.id for m in got) == sorted([b1, plain])
+            for m in got:
+                m.delete()
+            assert q.stats().dead_letter == 1 and q.stats().groups_in_flight == 1
+            with vsqs.Queue(store, clock=clock) as other:
+                for _ in range(2):
+                    clock.advance(BLOCKER_CHECK)
+                    assert other.receive(group="a") is None
+                    assert q.receive() is None
+                with vsqs.Queue(store.sibling("dlq"), clock=clock) as dlq:
+                    dead = dlq.receive()
+                    assert dead is not None and dead.id == poison
+                    dead.delete()  # done once dlq is closed (held back for a batch)
+                clock.advance(BLOCKER_CHECK)
+                nxt = other.receive()
+                assert nxt is not None and nxt.body == b"a2"
+
+    def test_a_redriven_strict_dead_letter_is_its_groups_head_again(
+        self, store: vsqs.Store, clock: FakeClock
+    ) -> None:
+        strict = {"max_receives": 1, "dead_letter": "dlq", "dead_letter_blocks_group": True}
+        with vsqs.Queue(store, clock=clock, **strict) as q:  # type: ignore[arg-type]
+            q.send(b"a1", group="a")
+            q.send(b"a2", group="a")
+            poison = q.send(b"plain poison")
+            for body in (b"a1", b"plain poison"):
+                held = q.receive(visibility_timeout=1)
+                assert held is not None and held.body == body
+            clock.advance(1)
+            assert q.receive_batch(10) == []  # both dead-lettered; a2 waits behind its head
+            with vsqs.Queue(store.sibling("dlq"), clock=clock) as dlq:
+                assert vsqs.redrive(dlq, q) == 2
+            clock.advance(BLOCKER_CHECK)
+            got = q.receive_batch(10)
+            assert [m.body for m in got if m.group == "a"] == [b"a1", b"a2"]  # its head first
+            assert [m.id for m in got if m.group is None] == [poison]  # it left no blocker
 
     def test_a_receive_for_one_group_takes_only_its_next_message(
         self, q: vsqs.Queue, store: vsqs.Store, clock: FakeClock
