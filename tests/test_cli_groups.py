@@ -260,7 +260,8 @@ def test_create_stores_the_dedup_settings_and_checks_them_after(tmp_path: Path) 
     assert ids[0] == ids[2] != ids[1] and ok("send", q, "x").split() == ids[:1]
     assert [m.body for m in peeked(q)] == [b"x", b"y"]
     plain = str(tmp_path / "plain")
-    assert "dedup_window=300s content_dedup=False dead_letter_blocks_group=False format=3" in said("create", plain)
+    created = said("create", plain)
+    assert "dedup_window=300s content_dedup=False dead_letter_blocks_group=False" in created
     assert len(set(ok("send", plain, "x", "x").split())) == 2
 
 

@@ -80,6 +80,7 @@ class Candidates:
     __slots__ = (
         "by_group",
         "fed",
+        "feed_tried",
         "gone",
         "groups",
         "heap",
@@ -111,14 +112,15 @@ class Candidates:
         self.oldest_young: str | None = None
         self.losses = 0  # consecutive renames lost to other consumers
         self.fed = False
+        self.feed_tried = False  # a listing after the first: it started the feed if there is one
         self.skipped: list[str] = []  # fed: names skipped after lost races, to retry
         self.gone: set[str] = set()  # fed: ready names the feed saw leave
         self.since_feed = 0  # claims since the feed was last read
         self.origins: dict[str, names.Records] = {}
         self.groups = Groups()
         #: token -> the candidates of the group, ascending (some perhaps taken
-        #: since): built by the first receive for one group after a listing
-        self.by_group: dict[str, list[str]] | None = None
+        #: since): built by the first receive for that group after a listing
+        self.by_group: dict[str, list[str]] = {}
 
     @property
     def listed(self) -> bool:
@@ -173,10 +175,9 @@ class Candidates:
         i = bisect.bisect_left(self.names, name, lo=self.pos)
         if i == len(self.names) or self.names[i] != name:
             self.names.insert(i, name)
-            token = token_of(name) if self.by_group is not None else None
-            if token is not None:
-                assert self.by_group is not None
-                bisect.insort(self.by_group.setdefault(token, []), name)
+            indexed = self.by_group.get(token_of(name) or "") if self.by_group else None
+            if indexed is not None:
+                bisect.insort(indexed, name)
 
     def add_ready(self, name: str) -> None:
         """This client published ``name`` (ready): a candidate in FIFO position,
@@ -251,15 +252,13 @@ class Candidates:
 
     def take_group(self, token: str) -> str | None:
         """The next candidate of group ``token`` (``None`` when there is none);
-        the others stay candidates, in place. The first call after a listing
-        indexes the candidates by group: later ones do not scan them."""
-        if self.by_group is None:
-            self.by_group = {}
-            for name in self.names[self.pos :]:
-                group = token_of(name)
-                if group is not None:
-                    self.by_group.setdefault(group, []).append(name)
-        wanted = self.by_group.get(token, [])
+        the others stay candidates, in place. The first call for a group after
+        a listing indexes its candidates (a search for its token in each
+        name, at the speed of ``str``): later ones do not scan them."""
+        wanted = self.by_group.get(token)
+        if wanted is None:
+            found = [name for name in self.names[self.pos :] if token in name]
+            wanted = self.by_group[token] = [n for n in found if token_of(n) == token]
         while wanted:
             name = wanted.pop(0)
             i = bisect.bisect_left(self.names, name, lo=self.pos)
@@ -301,7 +300,7 @@ class Candidates:
         if self.pos >= len(self.names) and self.skipped:
             gone = self.gone
             self.names[self.pos :] = [n for n in self.skipped if n not in gone]  # ascending
-            self.by_group = None
+            self.by_group = {}
             self.skipped = []
 
     def refresh(
@@ -315,6 +314,7 @@ class Candidates:
         """Replace the view by one listing (taken after ``token``, from
         ``started`` to ``ended``). ``during``: the feed's changes while it
         listed; ``None`` when there is no feed (or it lost events)."""
+        self.feed_tried = self.listed
         self.pending = listing.pending
         self.heap = [(expiry, name) for name, expiry in listing.pending.items()]
         heapq.heapify(self.heap)
@@ -330,7 +330,7 @@ class Candidates:
         spread = min(len(visible), 1 << min(self.losses, 6))
         start = random.randrange(spread) if self.losses and visible else 0
         self.names, self.pos, self.token = visible, start, token
-        self.by_group = None
+        self.by_group = {}
         self._close_groups(visible[:start])
         self.young, self.fed = set(listing.young), during is not None
         self.skipped = []
@@ -360,6 +360,12 @@ class Candidates:
             self.since_feed = 0
             return True
         return False
+
+    def starts_feed(self, store: Store) -> bool:
+        """Whether to list once more, whatever the listings cost, to start the
+        store's arrival feed: the candidates ran out (a client draining a
+        backlog pays for no events until then) and no listing tried it yet."""
+        return self.pos >= len(self.names) and not self.feed_tried and not store.polled
 
     def next_expiry_ms(self) -> int | None:
         return self.heap[0][0] if self.heap else None

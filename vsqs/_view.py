@@ -100,14 +100,16 @@ class View:
         while True:
             now = self._clock.now_ms()
             promoted = c.promote_due(now)
-            if c.fed and c.feed_due(promoted):
+            # A receive from one group reads the feed each time: its
+            # candidates do not run out while other groups' are there.
+            if c.fed and (c.feed_due(promoted) or target is not None):
                 changes = store.changes(names.MAX_ID_LEN)
                 if changes is None:
                     c.feed_lost()
                 else:
                     c.add_changes(changes)
                 c.retry_skipped()
-            if c.due(store, self._clock.elapsed()):
+            if c.due(store, self._clock.elapsed()) or (relists == 0 and c.starts_feed(store)):
                 # A second look is for young names; on a polled store (always
                 # "changed"), a listing that found nothing is not retried at once.
                 if relists == 2 or not may_list or self._found_nothing(relists):
@@ -127,7 +129,12 @@ class View:
         """Whether a receive from group ``target`` that found none of its
         candidates lists (again): once per call (the others' candidates are
         not this group's), and a second time for a second look at its young
-        names (caller holds the lock)."""
+        names; not where the feed told of every ready name since the last
+        listing and the group is open in this view (expiries are found by the
+        listings due anyway, as for any receive). The caller holds the lock."""
+        c = self._candidates
+        if c.fed and c.groups.is_open(target):
+            return False
         if relists == 0:
             return True
         return relists == 1 and any(token_of(name) == target for name in self._candidates.young)
@@ -228,8 +235,10 @@ class View:
             else:
                 names.note_origin(origins, name)
                 continue
-            if not self._heads(name, target, grouped):
-                passed += 1  # the head is what this receiver may claim
+            # The head is what this receiver may claim (a store that lists
+            # in no order is listed whole: no head to look for).
+            if head < math.inf and not self._heads(name, target, grouped):
+                passed += 1
             if len(visible) + len(young) - passed >= head:
                 break  # in key order: the rest of the backlog is newer
         visible.sort()

@@ -32,7 +32,7 @@ import os
 import stat
 import sys
 import time
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Hashable, Iterable
 
 from .._errors import QueueClosed, QueueNotFound
 from .._names import NEW_SUFFIX, validate_queue_name
@@ -162,12 +162,16 @@ class LocalStore(Store):
             self._checked_at = -math.inf
         raise QueueNotFound(gone)
 
-    def list(self, *, prefix: str = "", settle: bool = False) -> Iterator[str]:
+    def list(self, *, prefix: str = "", settle: bool = False) -> list[str]:
+        """One ``scandir`` of the directory, read whole (the files' types come
+        with the entries: no ``stat``)."""
         self.check_place()
         with os.scandir(self.fd) as entries:
-            for entry in entries:
-                if entry.name.startswith(prefix) and entry.is_file(follow_symlinks=False):
-                    yield entry.name
+            return [
+                e.name
+                for e in entries
+                if e.name.startswith(prefix) and e.is_file(follow_symlinks=False)
+            ]
 
     def read(self, name: str) -> bytes:
         """The file's bytes; ``FileNotFoundError`` if it is missing or no
