@@ -3,11 +3,13 @@ before its fix. The console script runs for real, in subprocesses."""
 
 from __future__ import annotations
 
+from importlib.metadata import version
 from pathlib import Path
 
 import vsqs
+from vsqs import _names as names
 
-from .support.cli import ok, run
+from .support.cli import json_lines, ok, run
 
 
 # ------------------------------------------------------- send: empty stdin
@@ -42,3 +44,46 @@ def test_null_ends_each_body_with_a_nul_so_bodies_with_newlines_stay_apart(
     for command in ("receive", "peek"):
         helped = ok(command, "--help")
         assert "-0, --null" in helped and "--json is the safe form" in " ".join(helped.split())
+
+
+# ---------------------------------------------------- queues: a broken queue
+def test_queues_lists_the_others_and_a_row_with_the_error_of_a_broken_queue(
+    tmp_path: Path,
+) -> None:
+    for name in ("a", "old", "torn", "z"):
+        vsqs.Queue(tmp_path / name).close()
+    vsqs.Queue(tmp_path / "z").send(b"x")
+    (tmp_path / "old" / names.CONFIG_NAME).write_text('{"format": 1}')
+    (tmp_path / "torn" / names.CONFIG_NAME).write_text('{"format": 3, "visibili')
+    done = run("queues", str(tmp_path))
+    assert done.returncode == 1 and done.stderr.count("\n") == 1
+    assert "2 of the 4 queues" in done.stderr
+    table = {line.split()[0]: line.split(maxsplit=1)[1] for line in done.stdout.splitlines()}
+    assert table[str(tmp_path / "a")].split() == ["0", "0", "0", "-", "-"]
+    assert table[str(tmp_path / "z")].split()[0] == "1"
+    assert table[str(tmp_path / "old")].startswith("error: ") and "queue format 1" in done.stdout
+    assert "unreadable queue config" in table[str(tmp_path / "torn")]
+    rows = json_lines(run("queues", str(tmp_path), "--json").stdout)
+    assert [("error" in row, row["queue"].rpartition("/")[2]) for row in rows] == [
+        (False, "a"),
+        (True, "old"),
+        (True, "torn"),
+        (False, "z"),
+    ]
+    assert "exit status is then 1" in " ".join(ok("queues", "--help").split())
+
+
+# ---------------------------------------------------------- format versions
+def test_version_names_the_format_and_a_queue_of_another_format_is_refused_with_both(
+    tmp_path: Path,
+) -> None:
+    readable = ", ".join(map(str, names.READABLE_FORMATS))
+    expected = f"(queue format {names.FORMAT_VERSION}; reads {readable})"
+    assert ok("--version").strip() == f"vsqs, version {version('vsqs')} {expected}"
+    vsqs.Queue(tmp_path / "q").close()
+    (tmp_path / "q" / names.CONFIG_NAME).write_text('{"format": 4}')
+    refused = run("peek", str(tmp_path / "q"))
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1
+    assert "queue format 4" in refused.stderr
+    assert f"this vsqs writes format {names.FORMAT_VERSION}" in refused.stderr
+    assert f"reads formats {readable}" in refused.stderr

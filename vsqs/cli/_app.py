@@ -20,6 +20,7 @@ import click
 from .._config import MAX_SECONDS
 from .._errors import ReceiptExpired
 from .._message import Message
+from .._names import FORMAT_VERSION, READABLE_FORMATS
 from .._queue import Queue
 from ._common import (
     SECONDS,
@@ -97,7 +98,11 @@ def _check_form(as_json: bool, null: bool) -> None:
 
 # ---------------------------------------------------------------- commands
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(package_name="vsqs")
+@click.version_option(
+    package_name="vsqs",
+    message=f"%(prog)s, version %(version)s (queue format {FORMAT_VERSION}; reads "
+    f"{', '.join(map(str, READABLE_FORMATS))})",
+)
 @verbose_option
 def main() -> None:
     """vsqs: a broker-less message queue. A queue is a directory (or an S3/GCS
