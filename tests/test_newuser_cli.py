@@ -6,8 +6,11 @@ from __future__ import annotations
 from importlib.metadata import version
 from pathlib import Path
 
+import pytest
+
 import vsqs
 from vsqs import _names as names
+from vsqs.stores._location import check_s3_endpoints
 
 from .support.cli import json_lines, ok, run
 
@@ -87,3 +90,27 @@ def test_version_names_the_format_and_a_queue_of_another_format_is_refused_with_
     assert "queue format 4" in refused.stderr
     assert f"this vsqs writes format {names.FORMAT_VERSION}" in refused.stderr
     assert f"reads formats {readable}" in refused.stderr
+
+
+# ------------------------------------------------- an endpoint with no scheme
+def test_an_s3_endpoint_without_a_scheme_is_one_line_naming_where_it_came_from(
+    tmp_path: Path,
+) -> None:
+    env = {
+        "AWS_ACCESS_KEY_ID": "k",
+        "AWS_SECRET_ACCESS_KEY": "s",
+        "AWS_ENDPOINT_URL_S3": "",
+        "AWS_ENDPOINT_URL": "127.0.0.1:5055",
+    }
+    for args in (("send", "s3://bucket/q", "x"), ("queues", "s3://bucket")):
+        done = run(*args, env=env)
+        assert done.returncode == 1 and done.stdout == "", args
+        assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+        assert "AWS_ENDPOINT_URL='127.0.0.1:5055'" in done.stderr
+        assert "http://host:port" in done.stderr
+    option = run("peek", "s3://bucket/q", "-o", "endpoint_url=localhost:9", env=env)
+    assert option.returncode == 1 and "storage option endpoint_url='localhost:9'" in option.stderr
+    with pytest.raises(vsqs.InvalidArgument, match=r"^AWS_ENDPOINT_URL='127\.0\.0\.1:5055'"):
+        check_s3_endpoints({}, env)
+    check_s3_endpoints({"endpoint_url": "http://127.0.0.1:5055"}, env)  # the option wins
+    check_s3_endpoints({}, {**env, "AWS_ENDPOINT_URL": "https://s3.example"})

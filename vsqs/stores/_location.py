@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Container
+from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
+from urllib.parse import urlsplit
 
-from .._errors import InvalidQueueName
+from .._errors import InvalidArgument, InvalidQueueName
 from .._names import validate_queue_name
 
 #: A URL scheme (RFC 3986), in lower case.
@@ -204,3 +205,38 @@ def check_components(url: str) -> str:
             f"{without_credentials(url)}: empty, '.' or '..' path components are refused"
         )
     return parts[-1]
+
+
+#: Where botocore takes an S3 endpoint from, besides the storage options.
+ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+
+
+def check_s3_endpoints(options: Mapping[str, Any], environ: Mapping[str, str]) -> None:
+    """Refuse the S3 endpoint in effect (the first given and not empty of
+    the storage option ``endpoint_url``, ``client_kwargs.endpoint_url`` and
+    the :data:`ENDPOINT_VARIABLES`) if it is not ``http(s)://host[:port]``:
+    botocore would refuse it only at the first request, in a long
+    traceback. One line naming where it came from."""
+    client = options.get("client_kwargs")
+    given = [
+        ("storage option endpoint_url", options.get("endpoint_url")),
+        (
+            "storage option client_kwargs.endpoint_url",
+            client.get("endpoint_url") if isinstance(client, Mapping) else None,
+        ),
+        *((name, environ.get(name)) for name in ENDPOINT_VARIABLES),
+    ]
+    where, value = next(((k, v) for k, v in given if v not in (None, "")), ("", None))
+    if value is not None and not (isinstance(value, str) and _is_endpoint(value)):
+        raise InvalidArgument(
+            f"{where}={value!r:.80} is not an endpoint URL: use the form http://host:port "
+            "(or https://)"
+        )
+
+
+def _is_endpoint(value: str) -> bool:
+    try:
+        parts = urlsplit(value)
+        return parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
+    except ValueError:  # a bad port or IPv6 literal
+        return False
