@@ -3,6 +3,7 @@ before its fix. The console script runs for real, in subprocesses."""
 
 from __future__ import annotations
 
+import json
 from importlib.metadata import version
 from pathlib import Path
 
@@ -13,6 +14,8 @@ from vsqs import _names as names
 from vsqs.stores._location import check_s3_endpoints
 
 from .support.cli import json_lines, ok, run
+from .support.moto_server import moto_s3
+from .support.servers import Server
 
 
 # ------------------------------------------------------- send: empty stdin
@@ -114,3 +117,41 @@ def test_an_s3_endpoint_without_a_scheme_is_one_line_naming_where_it_came_from(
         check_s3_endpoints({}, env)
     check_s3_endpoints({"endpoint_url": "http://127.0.0.1:5055"}, env)  # the option wins
     check_s3_endpoints({}, {**env, "AWS_ENDPOINT_URL": "https://s3.example"})
+
+
+# --------------------------------------- move: options of each object store
+def test_move_between_two_object_stores_gives_each_its_own_options(
+    tmp_path: Path, s3_server: Server
+) -> None:
+    """Two moto servers, a bucket on each: no one set of options reaches
+    both, so before --source-option and --dest-option no move could."""
+    with moto_s3("vsqs-other") as other:
+        src, dst = s3_server.url("src"), f"s3://vsqs-other/{tmp_path.name}/dst"
+        vsqs.Queue(src, storage_options=s3_server.storage_options).send_batch(["a", "b", "c"])
+        shared = ["-o", "key=testing", "-o", "secret=testing"]
+        shared += ["-o", "client_kwargs.region_name=us-east-1"]
+        endpoints = [
+            f"client_kwargs.endpoint_url={options['client_kwargs']['endpoint_url']}"
+            for options in (s3_server.storage_options, other)
+        ]
+        mixed = run("move", src, dst, *shared, "-o", endpoints[0])  # DST's bucket is not there
+        assert mixed.returncode == 1 and mixed.stderr.count("\n") == 1
+        done = run(
+            "move",
+            src,
+            dst,
+            *shared,
+            "--source-option",
+            endpoints[0],
+            "--dest-option",
+            endpoints[1],
+            "--json",
+        )
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["moved"] == 3
+        with vsqs.Queue(dst, create=False, storage_options=other) as moved:
+            assert [m.body for m in moved.peek(10)] == [b"a", b"b", b"c"]
+        with vsqs.Queue(src, storage_options=s3_server.storage_options) as left:
+            assert left.peek(10) == []
+    bad = run("move", src, dst, "--dest-option", "nokey")
+    assert bad.returncode == 2 and "'--dest-option'" in bad.stderr
