@@ -155,3 +155,44 @@ def test_move_between_two_object_stores_gives_each_its_own_options(
             assert left.peek(10) == []
     bad = run("move", src, dst, "--dest-option", "nokey")
     assert bad.returncode == 2 and "'--dest-option'" in bad.stderr
+
+
+# ------------------------------------------------------------------ wording
+@pytest.mark.parametrize(
+    ("typed", "said"),
+    [
+        ("s3:", "names no queue: a queue URL reads 's3://bucket/queue'"),
+        ("s3:/", "names no queue: a queue URL reads 's3://bucket/queue'"),
+        ("s3:bucket", "names no queue: a queue URL reads 's3://bucket/queue'"),
+        ("GS:/", "names no queue: a queue URL reads 'gs://bucket/queue'"),
+        ("file:", "names no queue: a queue URL reads 'file:///path/queue'"),
+        ("memory:", "names no queue: a queue URL reads 'memory://path/queue'"),
+        ("s3:/bucket/q", "did you mean 's3://bucket/q'?"),
+    ],
+)
+def test_a_mistyped_url_is_never_answered_with_a_suggestion_that_names_no_queue(
+    tmp_path: Path, typed: str, said: str
+) -> None:
+    done = run("peek", typed, cwd=tmp_path)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1
+    assert done.stderr == f"vsqs: error: {typed!r} looks like a mistyped URL" + (
+        f": {said}\n" if said.startswith("did") else f" and {said}\n"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_receipt_of_another_queue_is_not_called_no_longer_current(tmp_path: Path) -> None:
+    """A receipt does not name its queue: the error says it may be another's."""
+    first, other = str(tmp_path / "first"), str(tmp_path / "other")
+    ok("send", first, "x")
+    ok("create", other)
+    (got,) = json_lines(ok("receive", first, "--json"))
+    for command in ("delete", "release"):
+        done = run(command, other, got["receipt"])
+        assert done.returncode == 1 and done.stderr.count("\n") == 1
+        assert "no longer current" not in done.stderr
+        assert done.stderr.endswith(
+            f"{got['receipt']} is not a current receipt of {other} (its message was deleted "
+            "or received again since, or it is another queue's)\n"
+        )
+    ok("delete", first, got["receipt"])  # still current where it came from

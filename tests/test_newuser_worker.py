@@ -104,3 +104,26 @@ def test_the_last_failure_says_no_retry_and_the_dead_lettering_is_a_warning(
         [letter] = dlq.peek()
     assert letter.id == sent and letter.dead_lettered is not None
     assert letter.dead_lettered.receive_count == 2
+
+
+def test_a_consume_stopped_with_nothing_in_hand_does_not_claim_a_release(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The handler settled its message itself, then Ctrl-C came: nothing
+    was released, and the line says so instead of "released 0 ... (visible
+    again now)"."""
+
+    def handler(message: vsqs.Message) -> None:
+        message.delete()
+        raise KeyboardInterrupt
+
+    with vsqs.Queue(tmp_path / "q") as q, caplog.at_level(logging.WARNING, logger="vsqs"):
+        q.send(b"x")
+        with pytest.raises(KeyboardInterrupt):
+            q.consume(handler)
+        assert q.stats().ready + q.stats().in_flight == 0
+    stopped = [r.getMessage() for r in caplog.records if "consume stopped" in r.getMessage()]
+    assert stopped == [
+        f"{tmp_path / 'q'}: consume stopped by KeyboardInterrupt: handled 0 (0 succeeded), "
+        "released nothing"
+    ]

@@ -363,13 +363,12 @@ class Run:
         """Log the one line of a ``consume`` that ``exc`` (no ``Exception``:
         Ctrl-C, SIGTERM, ``SystemExit``, a cancellation) stopped."""
         log.warning(
-            "%s: consume stopped by %s: handled %d (%d succeeded), released %d "
-            "in hand (visible again now)",
+            "%s: consume stopped by %s: handled %d (%d succeeded), %s",
             queue.url,
             "SIGTERM" if self.sigterm else type(exc).__name__,
             self.handled,
             self.succeeded,
-            released,
+            f"released {released} in hand (visible again now)" if released else "released nothing",
         )
 
 

@@ -22,6 +22,7 @@ from .._errors import ReceiptExpired
 from .._message import Message
 from .._names import FORMAT_VERSION, READABLE_FORMATS
 from .._queue import Queue
+from .._settle import stale_receipt
 from ._common import (
     SECONDS,
     F,
@@ -272,7 +273,7 @@ def _hand_out(
             report.add("deleted", len(acked.deleted))
             for error in acked.failed.values():
                 raise error
-            _report_stale([f"cannot delete: {r} is no longer current" for r in acked.stale])
+            _report_stale([f"cannot delete: {stale_receipt(r, queue.url)}" for r in acked.stale])
 
 
 def _receipts(receipts: tuple[str, ...]) -> Iterator[str]:
@@ -318,7 +319,7 @@ def delete(url: str, receipts: tuple[str, ...]) -> None:
         acked = queue.delete_batch(_receipts(receipts))
     for error in acked.failed.values():
         raise error
-    _report_stale([f"cannot delete: {r} is no longer current" for r in acked.stale])
+    _report_stale([f"cannot delete: {stale_receipt(r, queue.url)}" for r in acked.stale])
 
 
 @main.command(short_help="Keep a received message hidden longer.")

@@ -32,6 +32,8 @@ LIKELY_SCHEMES = frozenset(
     {"s3", "s3a", "gs", "gcs", "file", "memory", "http", "https", "ftp", "sftp"}
 )
 _Options: TypeAlias = dict[str, Any] | None
+#: Schemes whose URLs name a bucket, then a queue inside it.
+_BUCKETS = frozenset({"s3", "s3a", "gs", "gcs"})
 #: Schemes that name the stores of another (``s3a`` is Hadoop's name for S3).
 _ALIASES = {"s3a": "s3", "gcs": "gs"}
 
@@ -169,10 +171,21 @@ def _refuse_mistyped_url(path: str, schemes: Container[str]) -> None:
     """Refuse a local path that looks like a mistyped URL: it would make a
     directory ``s3:``."""
     fixed = mistyped_url(path, schemes)
-    if fixed is not None:
+    if fixed is None:
+        return
+    scheme = path.partition(":")[0].lower()
+    parts = [part for part in fixed.partition("://")[2].split("/") if part]
+    if len(parts) >= (2 if scheme in _BUCKETS else 1) or (scheme == "file" and fixed):
         raise InvalidQueueName(
             f"{path!r:.80} looks like a mistyped URL: did you mean {fixed!r:.80}?"
         )
+    form = "bucket/queue" if scheme in _BUCKETS else "path/queue"
+    if scheme == "file":
+        form = "/path/queue"
+    raise InvalidQueueName(
+        f"{path!r:.80} looks like a mistyped URL and names no queue: "
+        f"a queue URL reads '{scheme:.20}://{form}'"
+    )
 
 
 def file_url_path(url: str, path: str) -> str:
