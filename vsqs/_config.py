@@ -218,9 +218,9 @@ class QueueConfig:
         version = doc.get("format")
         if version not in READABLE_FORMATS:
             raise QueueConfigError(
-                f"{where}: queue format {version!r}; this vsqs reads formats "
-                f"{', '.join(map(str, READABLE_FORMATS))} (move the messages of a queue of "
-                "another format with the vsqs that wrote it)"
+                f"{where}: queue format {version!r}; this vsqs writes format {FORMAT_VERSION} and "
+                f"reads formats {', '.join(map(str, READABLE_FORMATS))} (move the messages of a "
+                "queue of another format with the vsqs that wrote it)"
             )
         known = {f.name for f in fields(cls)}
         try:

@@ -302,7 +302,13 @@ class DeadLetters:
         # The claim that found it exhausted counted one receive nobody got.
         origin = DeadLettered(self._source.url, parsed.receive_count - 1, at)
         move_in(dlq.store, dlq.durable, parsed, body, Origin(clock.next_id(), origin.to_json()))
-        log.info("%s: message %s dead-lettered to %s", self._source.url, parsed.id, dlq.url)
+        log.warning(
+            "%s: message %s dead-lettered after %d receives to %s",
+            self._source.url,
+            parsed.id,
+            origin.receive_count,
+            dlq.url,
+        )
         if parsed.group is not None and self._blocks():
             blocker = names.next_name(parsed, names.MAX_EXPIRY_MS, parsed.receive_count)
             self._source.rename(held, blocker)

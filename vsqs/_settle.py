@@ -80,7 +80,7 @@ class Settler:
                 try:
                     body = self._store.read_limited(receipt, read_limit(parsed.id, max_size))
                 except FileNotFoundError:
-                    raise ReceiptExpired(f"cannot extend: {receipt} is no longer current") from None
+                    raise ReceiptExpired(f"cannot extend: {self._stale(receipt)}") from None
             new = self._move_held(parsed, self._clock.expiry_ms(vt_ms), "extend", holds=True)
             return Message(self._owner, parsed.id, body, new, parsed.receive_count)
         with hold(message).lock:
@@ -146,7 +146,7 @@ class Settler:
             try:
                 self._store.rename(receipt, new)
             except (FileNotFoundError, FileExistsError):
-                raise ReceiptExpired(f"cannot {what}: {receipt} is no longer current") from None
+                raise ReceiptExpired(f"cannot {what}: {self._stale(receipt)}") from None
         self._tracker.moved(receipt, new, expiry_ms)
         return new
 
@@ -176,10 +176,22 @@ class Settler:
             if held.origin:  # a dead letter with its origin records: they go with it
                 remove_records(self._store, held.origin)
 
+    def _stale(self, receipt: str) -> str:
+        """Why a receipt changed nothing: a receipt cannot tell its queue."""
+        return stale_receipt(receipt, self._owner.url)
+
     def _delete(self, receipt: str, *, known: bool) -> None:
         with storage_errors(lambda: f"deleting from {self._owner.url}"):
             try:
                 self._store.delete(receipt, known=known)
             except FileNotFoundError:
-                raise ReceiptExpired(f"cannot delete: {receipt} is no longer current") from None
+                raise ReceiptExpired(f"cannot delete: {self._stale(receipt)}") from None
         self._tracker.deleted(receipt)
+
+
+def stale_receipt(receipt: str, url: str) -> str:
+    """What a receipt that changed nothing in the queue at ``url`` is."""
+    return (
+        f"{receipt} is not a current receipt of {url} "
+        "(its message was deleted or received again since, or it is another queue's)"
+    )

@@ -20,10 +20,11 @@ from contextlib import contextmanager
 from typing import Protocol
 
 from . import _forks
-from ._errors import ReceiptExpired, VsqsError
+from ._config import QueueConfig
+from ._errors import QueueNotFound, ReceiptExpired, VsqsError
 from ._fanout import fan_out
 from ._message import Message
-from ._names import MsClock
+from ._names import CONFIG_NAME, MsClock
 from ._options import ConsumePlan
 from .stores._base import Store
 
@@ -42,12 +43,15 @@ SIGTERM_EXIT = 128 + signal.SIGTERM
 
 class WorkerQueue(Protocol):
     """What the worker loop uses of a queue (:class:`vsqs.Queue` has it): its
-    url and clock, its store's batch width, receive and settle."""
+    url, clock and config, its store, receive and settle."""
 
     url: str
 
     @property
     def clock(self) -> Callable[[], float]: ...
+
+    @property
+    def config(self) -> QueueConfig: ...
 
     @property
     def store(self) -> Store: ...
@@ -72,35 +76,46 @@ class FailureLog:
     messages (a success forgets one), so its memory is bounded.
     """
 
-    def __init__(self, url: str) -> None:
-        self._url = url
+    def __init__(self, queue: WorkerQueue) -> None:
+        self._url = queue.url
+        self._queue = weakref.ref(queue)  # the log is kept in a weak map keyed by its queue
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._lock = _forks.lock()
 
     def failed(self, message: Message, exc: BaseException, delay: float) -> None:
-        """Log that ``message``'s handler raised ``exc`` and it is retried after ``delay``."""
+        """Log that ``message``'s handler raised ``exc`` and it is visible
+        again after ``delay``: retried, or, after the last receive the
+        queue's ``max_receives`` allows, dead-lettered at its next receive."""
         with self._lock:
             again = message.id in self._seen
             self._seen[message.id] = None
             self._seen.move_to_end(message.id)
             if len(self._seen) > REMEMBERED_FAILURES:
                 self._seen.popitem(last=False)
+        then = f"retrying in {delay:.3g} s"
+        queue = self._queue()
+        limit = None if queue is None else queue.config.max_receives
+        if limit is not None and message.receive_count >= limit:
+            then = (
+                f"not retried: that was its last receive (max_receives {limit}), "
+                f"it is dead-lettered when next received, in {delay:.3g} s"
+            )
         if again:
             log.error(
-                "%s: handler failed again on %s (receive %d): %s; retrying in %.3g s",
+                "%s: handler failed again on %s (receive %d): %s; %s",
                 self._url,
                 message.id,
                 message.receive_count,
                 repr(exc),
-                delay,
+                then,
             )
         else:
             log.error(
-                "%s: handler failed on %s (receive %d); retrying in %.3g s",
+                "%s: handler failed on %s (receive %d); %s",
                 self._url,
                 message.id,
                 message.receive_count,
-                delay,
+                then,
                 exc_info=exc,
             )
 
@@ -120,7 +135,7 @@ def failure_log(queue: WorkerQueue) -> FailureLog:
     with _failure_logs_lock:
         found = _failure_logs.get(queue)
         if found is None:
-            found = _failure_logs[queue] = FailureLog(queue.url)
+            found = _failure_logs[queue] = FailureLog(queue)
         return found
 
 
@@ -168,7 +183,9 @@ def settle(queue: WorkerQueue, message: Message, *, failed: bool, delay: float =
     """Delete a handled message, or release it (visible again after ``delay``)
     if its handler ``failed``; return whether it counts as a success. A
     message the handler settled itself is left alone; one whose receipt
-    expired meanwhile is redelivered."""
+    expired meanwhile is redelivered. If the receipt is gone because the
+    queue is (its directory or prefix was removed), raise
+    :class:`QueueNotFound`: nothing will be redelivered."""
     if message.settled:
         return not failed
     try:
@@ -178,12 +195,29 @@ def settle(queue: WorkerQueue, message: Message, *, failed: bool, delay: float =
             queue.delete(message)
         return not failed
     except ReceiptExpired:
+        if queue_gone(queue.store):
+            raise QueueNotFound(
+                f"{queue.url} is gone: it was removed while {message.id} was being handled "
+                "(nothing is redelivered)"
+            ) from None
         log.warning(
             "%s: %s became visible again before its handler finished; it will be redelivered",
             queue.url,
             message.id,
         )
         return False
+
+
+def queue_gone(store: Store) -> bool:
+    """Whether the queue of ``store`` is gone: its config is (its directory
+    or prefix was removed). A look that fails otherwise says it is there."""
+    try:
+        store.read(CONFIG_NAME)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 class Heartbeat:
@@ -329,13 +363,12 @@ class Run:
         """Log the one line of a ``consume`` that ``exc`` (no ``Exception``:
         Ctrl-C, SIGTERM, ``SystemExit``, a cancellation) stopped."""
         log.warning(
-            "%s: consume stopped by %s: handled %d (%d succeeded), released %d "
-            "in hand (visible again now)",
+            "%s: consume stopped by %s: handled %d (%d succeeded), %s",
             queue.url,
             "SIGTERM" if self.sigterm else type(exc).__name__,
             self.handled,
             self.succeeded,
-            released,
+            f"released {released} in hand (visible again now)" if released else "released nothing",
         )
 
 
@@ -367,13 +400,15 @@ def sigterm_exits(run: Run) -> Iterator[None]:
 @contextmanager
 def interruptible(queue: WorkerQueue, run: Run) -> Iterator[None]:
     """On any exception out of the loop, release the messages in hand at once
-    and re-raise; on an interruption (not an ``Exception``: Ctrl-C, SIGTERM,
-    ``SystemExit``), also log one line at WARNING saying what was done."""
+    (none if the queue is gone: they went with it) and re-raise; on an
+    interruption (not an ``Exception``: Ctrl-C, SIGTERM, ``SystemExit``),
+    also log one line at WARNING saying what was done."""
     with sigterm_exits(run):
         try:
             yield
         except BaseException as exc:
-            released = run.release_held(queue)
+            gone = isinstance(exc, QueueNotFound) and queue_gone(queue.store)
+            released = 0 if gone else run.release_held(queue)
             if not isinstance(exc, Exception):
                 run.stopped(queue, exc, released)
             raise

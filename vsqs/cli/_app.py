@@ -20,9 +20,12 @@ import click
 from .._config import MAX_SECONDS
 from .._errors import ReceiptExpired
 from .._message import Message
+from .._names import FORMAT_VERSION, READABLE_FORMATS
 from .._queue import Queue
+from .._settle import stale_receipt
 from ._common import (
     SECONDS,
+    F,
     key_option,
     max_option,
     open_queue,
@@ -62,11 +65,15 @@ def message_json(message: Message) -> str:
     return json.dumps(doc, ensure_ascii=False)
 
 
-def _emit(message: Message, as_json: bool) -> None:
-    """One message: a JSON line, or its body; at a terminal, a body of a
-    group after ``[group] `` (to a pipe or a file, the body alone: data)."""
+def _emit(message: Message, as_json: bool, null: bool) -> None:
+    """One message: a JSON line, or its body and a newline (``null``: a NUL
+    byte, and no label); at a terminal, a body of a group after ``[group] ``
+    (to a pipe or a file, the body alone: data)."""
     if as_json:
         out(message_json(message).encode() + b"\n")
+        return
+    if null:
+        out(message.body + b"\0")
         return
     label = b""
     if message.group is not None and sys.stdout.isatty():
@@ -74,9 +81,29 @@ def _emit(message: Message, as_json: bool) -> None:
     out(label + message.body + b"\n")
 
 
+def _null_option(fn: F) -> F:
+    """``-0/--null``: each body followed by a NUL byte, not a newline."""
+    return click.option(
+        "-0",
+        "--null",
+        is_flag=True,
+        help="End each body with a NUL byte, not a newline (for xargs -0). A body "
+        "may hold newlines and NUL bytes itself: --json is the safe form.",
+    )(fn)
+
+
+def _check_form(as_json: bool, null: bool) -> None:
+    if as_json and null:
+        raise click.UsageError("give --json or -0/--null, not both")
+
+
 # ---------------------------------------------------------------- commands
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(package_name="vsqs")
+@click.version_option(
+    package_name="vsqs",
+    message=f"%(prog)s, version %(version)s (queue format {FORMAT_VERSION}; reads "
+    f"{', '.join(map(str, READABLE_FORMATS))})",
+)
 @verbose_option
 def main() -> None:
     """vsqs: a broker-less message queue. A queue is a directory (or an S3/GCS
@@ -180,8 +207,9 @@ def create(url: str, as_json: bool, **defaults: Any) -> None:
     "as_json",
     is_flag=True,
     help="JSON lines with id, receipt, receive_count, sent_at, group, dedup_id, "
-    "attributes and body.",
+    "attributes and body (the safe form for any body).",
 )
+@_null_option
 @queue_options
 def receive(
     url: str,
@@ -191,15 +219,19 @@ def receive(
     delete: bool,
     group: str | None,
     as_json: bool,
+    null: bool,
 ) -> None:
-    """Receive messages and print their bodies, one per line (or --json).
+    """Receive messages and print their bodies, one per line (or --json, or -0).
 
     Without --delete each message comes back after its visibility timeout
     unless you delete it by its receipt (see --json). Prints nothing if the
     queue has nothing visible within --wait. A message received but not
     printed (stdout closed, Ctrl-C, SIGTERM) is released: visible again at once.
     At a terminal, the body of a message of a group follows "[GROUP] ".
+    A body may hold newlines: --json (or -0, if bodies hold no NUL) keeps
+    them apart.
     """
+    _check_form(as_json, null)
     with open_queue(url) as queue:
         report = Report(_received_text, received=0, deleted=0 if delete else None, queue=queue.url)
         while (got := report.fields["received"]) < max_messages:
@@ -212,7 +244,7 @@ def receive(
             )
             if not batch:
                 break
-            _hand_out(queue, batch, as_json=as_json, delete=delete, report=report)
+            _hand_out(queue, batch, (as_json, null), delete=delete, report=report)
         report.done(say=False)
 
 
@@ -222,15 +254,16 @@ def _received_text(f: dict[str, Any]) -> str:
 
 
 def _hand_out(
-    queue: Queue, batch: list[Message], *, as_json: bool, delete: bool, report: Report
+    queue: Queue, batch: list[Message], form: tuple[bool, bool], *, delete: bool, report: Report
 ) -> None:
-    """Print the messages; then release those not printed (the reader went
-    away, or a signal came) and, with ``delete``, delete those printed."""
+    """Print the messages (``form``: as JSON, with NULs); then release those
+    not printed (the reader went away, or a signal came) and, with
+    ``delete``, delete those printed."""
     printed = 0
     try:
         with interruptible():  # a write to a reader who waits
             for message in batch:
-                _emit(message, as_json)
+                _emit(message, *form)
                 printed += 1
     finally:
         release(queue, batch[printed:])
@@ -240,7 +273,7 @@ def _hand_out(
             report.add("deleted", len(acked.deleted))
             for error in acked.failed.values():
                 raise error
-            _report_stale([f"cannot delete: {r} is no longer current" for r in acked.stale])
+            _report_stale([f"cannot delete: {stale_receipt(r, queue.url)}" for r in acked.stale])
 
 
 def _receipts(receipts: tuple[str, ...]) -> Iterator[str]:
@@ -286,7 +319,7 @@ def delete(url: str, receipts: tuple[str, ...]) -> None:
         acked = queue.delete_batch(_receipts(receipts))
     for error in acked.failed.values():
         raise error
-    _report_stale([f"cannot delete: {r} is no longer current" for r in acked.stale])
+    _report_stale([f"cannot delete: {stale_receipt(r, queue.url)}" for r in acked.stale])
 
 
 @main.command(short_help="Keep a received message hidden longer.")
@@ -333,15 +366,18 @@ def release_command(url: str, receipts: tuple[str, ...], delay: float) -> None:
     "as_json",
     is_flag=True,
     help="JSON lines with id, receive_count, sent_at, dead_lettered, group, dedup_id, "
-    "attributes and body.",
+    "attributes and body (the safe form for any body).",
 )
+@_null_option
 @queue_options
-def peek(url: str, max_messages: int, as_json: bool) -> None:
-    """Print the oldest visible messages without receiving them (at a
-    terminal, the body of a message of a group follows "[GROUP] ")."""
+def peek(url: str, max_messages: int, as_json: bool, null: bool) -> None:
+    """Print the oldest visible messages without receiving them, one body
+    per line (or --json, or -0; at a terminal, the body of a message of a
+    group follows "[GROUP] ")."""
+    _check_form(as_json, null)
     with open_queue(url) as queue:
         for message in queue.peek(max_messages):
-            _emit(message, as_json)
+            _emit(message, as_json, null)
 
 
 for _command in (send, stats, purge, redrive_command, move, gc, queues, pump, sink, demo):

@@ -43,12 +43,24 @@ def _set_verbosity(ctx: click.Context, _param: click.Parameter, count: int) -> N
         ctx.meta["vsqs.traceback"] = True
 
 
-def _parse_options(ctx: click.Context, _param: click.Parameter, pairs: tuple[str, ...]) -> None:
-    options: dict[str, Any] = ctx.meta.setdefault("vsqs.storage_options", {})
+#: Where the ``-o`` options are kept in ``click.Context.meta``, and those of
+#: one side of a command on two queues (``--source-option``, ``--dest-option``).
+OPTIONS, SOURCE_OPTIONS, DEST_OPTIONS = (
+    "vsqs.storage_options",
+    "vsqs.source_options",
+    "vsqs.dest_options",
+)
+
+
+def _parse_options(ctx: click.Context, param: click.Parameter, pairs: tuple[str, ...]) -> None:
+    where = {"source_options": SOURCE_OPTIONS, "dest_options": DEST_OPTIONS}.get(
+        param.name or "", OPTIONS
+    )
+    options: dict[str, Any] = ctx.meta.setdefault(where, {})
     for pair in pairs:
         key, sep, text = pair.partition("=")
         if not sep or not key:
-            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="'-o'")
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint=f"'{param.opts[0]}'")
         try:
             value = json.loads(text)
         except ValueError:
@@ -149,9 +161,39 @@ def verbose_option(fn: F) -> F:
     )(fn)
 
 
+def side_options(fn: F) -> F:
+    """``--source-option`` and ``--dest-option``: storage options of one of
+    the two queues of a command (on top of ``-o``, which both take)."""
+    for flag, name, queue in (
+        ("--dest-option", "dest_options", "DST"),
+        ("--source-option", "source_options", "SRC"),
+    ):
+        fn = click.option(
+            flag,
+            name,
+            multiple=True,
+            metavar="KEY=VALUE",
+            expose_value=False,
+            callback=_parse_options,
+            help=f"Storage option for {queue} alone, over -o's (repeatable; as -o).",
+        )(fn)
+    return fn
+
+
 def storage_options() -> dict[str, Any] | None:
     """The ``-o`` options of the command being run."""
-    return click.get_current_context().meta.get("vsqs.storage_options") or None
+    return click.get_current_context().meta.get(OPTIONS) or None
+
+
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over``'s options on top, nested ones merged key by key."""
+    out = dict(base)
+    for key, value in over.items():
+        below = out.get(key)
+        if isinstance(below, dict) and isinstance(value, dict):
+            value = _merged(below, value)
+        out[key] = value
+    return out
 
 
 def unsafe_claims() -> bool:
@@ -160,18 +202,27 @@ def unsafe_claims() -> bool:
 
 
 def open_queue(
-    url: str, *, create: bool = False, one_of_two: bool = False, **queue_args: Any
+    url: str,
+    *,
+    create: bool = False,
+    one_of_two: bool = False,
+    side: str | None = None,
+    **queue_args: Any,
 ) -> Queue:
     """The queue at ``url`` with the command's ``-o`` options and ``--unsafe-claims``
     (by default, only if it exists).
 
     ``one_of_two``: the command works on two queues (``move``, ``redrive``),
-    and the ``-o`` options are for the one on an object store; a local path
-    gets none.
+    and the ``-o`` options are for those on an object store; a local path
+    gets none. ``side``: which of the two it is (:data:`SOURCE_OPTIONS` or
+    :data:`DEST_OPTIONS`), whose own options go on top, as given.
     """
     options = storage_options()
     if one_of_two:
         options = object_store_options(url, options)
+    own = click.get_current_context().meta.get(side) if side is not None else None
+    if own:
+        options = _merged(options or {}, own)
     return Queue(
         url,
         storage_options=options,

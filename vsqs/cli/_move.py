@@ -13,7 +13,9 @@ from .._move import move_between
 from .._place import refuse_same
 from .._queue import Queue
 from ._common import (
+    DEST_OPTIONS,
     SECONDS,
+    SOURCE_OPTIONS,
     batch_option,
     create_option,
     max_option,
@@ -21,6 +23,7 @@ from ._common import (
     progress_bar,
     progress_shown,
     queue_options,
+    side_options,
 )
 from ._interrupt import STOP, checkpoint
 from ._report import Report, json_option
@@ -39,6 +42,7 @@ from ._report import Report, json_option
 )
 @create_option("DST")
 @json_option
+@side_options
 @queue_options
 def move(
     source: str,
@@ -58,10 +62,14 @@ def move(
     Bodies move; DST gives them new ids, in SRC's order, and a receive count
     of 0. Messages in flight or delayed at SRC stay there. Ctrl-C or SIGTERM
     finishes or gives back the batch under way and says how many moved.
+
+    -o options go to both queues (those on an object store); --source-option
+    and --dest-option to one of them, over -o's (two object stores with
+    their own endpoints or credentials).
     """
     with (
-        open_queue(source, one_of_two=True) as src,
-        open_queue(destination, create=create, one_of_two=True) as dst,
+        open_queue(source, one_of_two=True, side=SOURCE_OPTIONS) as src,
+        open_queue(destination, create=create, one_of_two=True, side=DEST_OPTIONS) as dst,
     ):
         refuse_same("move", src, dst)
         report = Report(_moved_text, as_json=as_json, moved=0, source=src.url, destination=dst.url)

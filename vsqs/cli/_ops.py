@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from .._errors import QueueNotFound
+from .._errors import QueueNotFound, VsqsError
 from .._message import QueueStats
 from .._names import CONFIG_NAME
 from .._queue import Queue
@@ -284,28 +284,53 @@ def gc(url: str, as_json: bool) -> None:
 
 
 # ------------------------------------------------------------------- queues
+#: A row of ``vsqs queues``: a queue's counts, or why they could not be read.
+Row = tuple[str, QueueStats | VsqsError]
+
+
 @click.command(short_help="List the queues under a root with counts.")
 @click.argument("root")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines, one per queue.")
 @queue_options
 def queues(root: str, as_json: bool) -> None:
-    """List the queues directly under ROOT (a directory, bucket or prefix) with their counts."""
-    options = storage_options()
-    rows = []
-    for url in list_queues(root, storage_options=options):
-        with open_queue(url) as queue:
-            figures = queue.stats()
+    """List the queues directly under ROOT (a directory, bucket or prefix) with their counts.
+
+    A queue that cannot be read (a broken config, a format this vsqs does
+    not read) has a row with its error ("error" in --json) and the others
+    are listed; the exit status is then 1.
+    """
+    rows: list[Row] = []
+    for url in list_queues(root, storage_options=storage_options()):
+        row = _queue_row(url)
+        rows.append(row)
         if as_json:
-            out_line(stats_json(url, figures))
-        else:
-            rows.append((url, figures))
+            figures = row[1]
+            if isinstance(figures, VsqsError):
+                out_line(json.dumps({"queue": url, "error": one_line(figures)}))
+            else:
+                out_line(stats_json(url, figures))
     if not as_json:
         _queues_table(rows)
+    failed = sum(isinstance(figures, VsqsError) for _, figures in rows)
+    if failed:
+        raise click.ClickException(
+            f"{failed} of the {len(rows)} queues under {without_credentials(root)} "
+            "could not be read (see their rows)"
+        )
 
 
-def _queues_table(rows: list[tuple[str, QueueStats]]) -> None:
+def _queue_row(url: str) -> Row:
+    try:
+        with open_queue(url) as queue:
+            return url, queue.stats()
+    except VsqsError as exc:
+        return url, exc
+
+
+def _queues_table(rows: list[Row]) -> None:
+    """The table of ``vsqs queues``: a row's error takes the place of its counts."""
     header = ("QUEUE", "READY", "IN FLIGHT", "DELAYED", "DEAD LETTER", "OLDEST READY")
-    cells = [header] + [
+    counted = [header] + [
         (
             url,
             f"{s.ready:,}",
@@ -315,13 +340,21 @@ def _queues_table(rows: list[tuple[str, QueueStats]]) -> None:
             _age(s.oldest_ready_age),
         )
         for url, s in rows
+        if isinstance(s, QueueStats)
     ]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    for row in cells:
-        line = [row[0].ljust(widths[0])] + [
-            c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
-        ]
-        out_line("  ".join(line).rstrip())
+    widths = [max(len(row[i]) for row in counted) for i in range(len(header))]
+    widths[0] = max(len(url) for url in [header[0], *(url for url, _ in rows)])
+    for url, figures in [(header[0], None), *rows]:
+        if isinstance(figures, VsqsError):
+            cells = [f"error: {one_line(figures)}"]
+        else:
+            cells = [c.rjust(w) for c, w in zip(counted.pop(0)[1:], widths[1:], strict=True)]
+        out_line("  ".join([url.ljust(widths[0]), *cells]).rstrip())
+
+
+def one_line(exc: BaseException) -> str:
+    """An error's message on one line."""
+    return " ".join(str(exc).split())
 
 
 __all__ = ["gc", "purge", "queues", "redrive_command", "stats"]

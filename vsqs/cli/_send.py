@@ -84,6 +84,11 @@ def _parse_attributes(
 @batch_option(100, 10_000, "Messages per send_batch with --file.")
 @create_option("QUEUE")
 @click.option("--raw", is_flag=True, help="Send stdin byte for byte (keep a final newline).")
+@click.option(
+    "--allow-empty",
+    is_flag=True,
+    help="Send an empty stdin as an empty message (without it, an empty stdin is refused).",
+)
 @queue_options
 def send(
     url: str,
@@ -96,10 +101,13 @@ def send(
     batch: int,
     create: bool,
     raw: bool,
+    allow_empty: bool,
 ) -> None:
     """Send each BODY, or stdin as one message, or one per line of --file.
 
     A body read from stdin loses one trailing newline unless --raw is given.
+    A stdin with no bytes at all (a cron job's, say) is refused (exit 2)
+    unless --allow-empty is given: it sends nothing.
     --file sends --batch lines at a time, or what came before the input
     paused (0.1 s). Prints the id of each message sent, a batch as soon as it
     is sent: stopped by Ctrl-C or SIGTERM, it sends the whole lines it read,
@@ -118,16 +126,28 @@ def send(
             "(for many, create the queue with --content-dedup)"
         )
     meta: dict[str, Any] = {"delay": delay, "group": group, "attributes": attributes or None}
+    piped = None if bodies or lines_file is not None else _stdin_body(raw, allow_empty)
     with open_queue(url, create=create) as queue:
         if bodies:
             dedup_ids = None if dedup_id is None else [dedup_id]
             _out_ids(queue.send_batch(list(bodies), dedup_ids=dedup_ids, **meta))
-        elif lines_file is None:
-            with interruptible():
-                body = sys.stdin.buffer.read()
-            _out_ids([queue.send(body if raw else _strip_eol(body), dedup_id=dedup_id, **meta)])
-        else:
+        elif lines_file is not None:
             _send_lines(queue, lines_file, batch, meta)
+        else:
+            assert piped is not None
+            _out_ids([queue.send(piped, dedup_id=dedup_id, **meta)])
+
+
+def _stdin_body(raw: bool, allow_empty: bool) -> bytes:
+    """The whole of stdin as one body (without one final newline unless
+    ``raw``); an empty stdin is bad usage unless ``allow_empty``."""
+    with interruptible():
+        body = sys.stdin.buffer.read()
+    if not body and not allow_empty:
+        raise click.UsageError(
+            "stdin is empty: nothing sent (give a BODY, or --allow-empty to send an empty message)"
+        )
+    return body if raw else _strip_eol(body)
 
 
 def _send_lines(queue: Queue, lines: BinaryIO, batch: int, meta: dict[str, Any]) -> None:

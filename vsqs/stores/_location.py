@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Container
+from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
+from urllib.parse import urlsplit
 
-from .._errors import InvalidQueueName
+from .._errors import InvalidArgument, InvalidQueueName
 from .._names import validate_queue_name
 
 #: A URL scheme (RFC 3986), in lower case.
@@ -31,6 +32,8 @@ LIKELY_SCHEMES = frozenset(
     {"s3", "s3a", "gs", "gcs", "file", "memory", "http", "https", "ftp", "sftp"}
 )
 _Options: TypeAlias = dict[str, Any] | None
+#: Schemes whose URLs name a bucket, then a queue inside it.
+_BUCKETS = frozenset({"s3", "s3a", "gs", "gcs"})
 #: Schemes that name the stores of another (``s3a`` is Hadoop's name for S3).
 _ALIASES = {"s3a": "s3", "gcs": "gs"}
 
@@ -168,10 +171,21 @@ def _refuse_mistyped_url(path: str, schemes: Container[str]) -> None:
     """Refuse a local path that looks like a mistyped URL: it would make a
     directory ``s3:``."""
     fixed = mistyped_url(path, schemes)
-    if fixed is not None:
+    if fixed is None:
+        return
+    scheme = path.partition(":")[0].lower()
+    parts = [part for part in fixed.partition("://")[2].split("/") if part]
+    if len(parts) >= (2 if scheme in _BUCKETS else 1) or (scheme == "file" and fixed):
         raise InvalidQueueName(
             f"{path!r:.80} looks like a mistyped URL: did you mean {fixed!r:.80}?"
         )
+    form = "bucket/queue" if scheme in _BUCKETS else "path/queue"
+    if scheme == "file":
+        form = "/path/queue"
+    raise InvalidQueueName(
+        f"{path!r:.80} looks like a mistyped URL and names no queue: "
+        f"a queue URL reads '{scheme:.20}://{form}'"
+    )
 
 
 def file_url_path(url: str, path: str) -> str:
@@ -204,3 +218,38 @@ def check_components(url: str) -> str:
             f"{without_credentials(url)}: empty, '.' or '..' path components are refused"
         )
     return parts[-1]
+
+
+#: Where botocore takes an S3 endpoint from, besides the storage options.
+ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+
+
+def check_s3_endpoints(options: Mapping[str, Any], environ: Mapping[str, str]) -> None:
+    """Refuse the S3 endpoint in effect (the first given and not empty of
+    the storage option ``endpoint_url``, ``client_kwargs.endpoint_url`` and
+    the :data:`ENDPOINT_VARIABLES`) if it is not ``http(s)://host[:port]``:
+    botocore would refuse it only at the first request, in a long
+    traceback. One line naming where it came from."""
+    client = options.get("client_kwargs")
+    given = [
+        ("storage option endpoint_url", options.get("endpoint_url")),
+        (
+            "storage option client_kwargs.endpoint_url",
+            client.get("endpoint_url") if isinstance(client, Mapping) else None,
+        ),
+        *((name, environ.get(name)) for name in ENDPOINT_VARIABLES),
+    ]
+    where, value = next(((k, v) for k, v in given if v not in (None, "")), ("", None))
+    if value is not None and not (isinstance(value, str) and _is_endpoint(value)):
+        raise InvalidArgument(
+            f"{where}={value!r:.80} is not an endpoint URL: use the form http://host:port "
+            "(or https://)"
+        )
+
+
+def _is_endpoint(value: str) -> bool:
+    try:
+        parts = urlsplit(value)
+        return parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
+    except ValueError:  # a bad port or IPv6 literal
+        return False

@@ -37,6 +37,7 @@ from ._location import (
     SCHEME,
     Location,
     check_components,
+    check_s3_endpoints,
     file_url_path,
     location_text,
     url_path,
@@ -307,6 +308,7 @@ def _filesystem(scheme: str, url: str, storage_options: dict[str, Any]) -> tuple
     if scheme in _PACKAGES:
         options.setdefault("use_listings_cache", False)
     if scheme in ("s3", "s3a"):  # botocore keeps 10 connections: batches need more
+        check_s3_endpoints(options, os.environ)
         config = dict(options.get("config_kwargs") or {})
         config.setdefault("max_pool_connections", POOL_THREADS)
         options["config_kwargs"] = config
