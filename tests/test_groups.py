@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 import vsqs
-from vsqs._candidates import STALE_AFTER
+from vsqs._candidates import STALE_AFTER, THROTTLE_ABOVE
 from vsqs.testing import FakeClock
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -578,3 +578,56 @@ def test_a_claim_of_a_group_that_stalled_is_given_back(clock: FakeClock) -> None
     assert got is not None and (got.id, got.receive_count) == (a1, 1)
     versions = [n.rsplit(".", 1)[-1] for n in store.list() if n.startswith(a1)]
     assert versions == ["3"]  # claimed (1), given back (2), claimed again (3)
+
+
+# ------------------------------------------ a running consumer of a big queue
+def slow_listings(store: vsqs.LocalStore, clock: FakeClock) -> None:
+    """Every listing of ``store`` takes one second by ``clock``."""
+    plain = store.list
+
+    def listing(*, prefix: str = "", settle: bool = False) -> list[str]:
+        clock.advance(1)
+        return list(plain(prefix=prefix, settle=settle))
+
+    store.list = listing  # type: ignore[method-assign]
+
+
+def test_a_consumer_whose_candidates_ran_out_sees_a_new_message_at_once(tmp_path: Path) -> None:
+    """Before: a queue of more than THROTTLE_ABOVE names whose listing took
+    long was not listed again for 20 listings' time, and without a feed (the
+    first listing goes without) a new message waited that long."""
+    clock = FakeClock()
+    with vsqs.Queue(tmp_path / "q", clock=clock) as holder:
+        holder.send_batch([b"held"] * (THROTTLE_ABOVE + 1))
+        assert len(holder.receive_batch(THROTTLE_ABOVE + 1, visibility_timeout=3600)) > 0
+        while holder.receive_batch(THROTTLE_ABOVE, visibility_timeout=3600):
+            pass
+    store = vsqs.LocalStore(str(tmp_path / "q"))
+    slow_listings(store, clock)
+    with vsqs.Queue(store, clock=clock) as consumer, vsqs.Queue(tmp_path / "q", clock=clock) as p:
+        assert consumer.receive() is None
+        new = p.send(b"new")
+        got = consumer.receive()
+        assert got is not None and got.id == new
+
+
+def test_a_running_receive_for_one_group_gets_its_new_messages_from_the_feed(
+    tmp_path: Path,
+) -> None:
+    """A consumer of group B with other groups' candidates in its view is fed
+    its group's new messages, without listing again (listings cost 1 s here)."""
+    clock = FakeClock()
+    with vsqs.Queue(tmp_path / "q", clock=clock) as producer:
+        producer.send_batch([b"a"] * 10, group="A")
+        store = vsqs.LocalStore(str(tmp_path / "q"))
+        with vsqs.Queue(store, clock=clock) as consumer:
+            assert consumer.receive(group="B") is None
+            assert consumer.receive(group="B") is None  # its feed runs from here
+            slow_listings(store, clock)
+            listed = clock()
+            for i in range(3):
+                sent = producer.send(f"b{i}", group="B")
+                got = consumer.receive(group="B")
+                assert got is not None and got.id == sent
+                got.delete()
+            assert clock() == listed, "it listed again"
