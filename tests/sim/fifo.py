@@ -37,6 +37,12 @@ What it checks, each on the bucket's clock with the oracle's ``tolerance``:
   limit (``vsqs._dedup``): a record of the next slot created by a send that
   began before the record of the slot before it landed (two sends racing
   across a slot boundary both create). Later windows are not judged.
+* **strict dead letters** (a queue with ``dead_letter_blocks_group``,
+  ``check_strict``): while a dead letter of a group is in the dead-letter
+  queue, no other message of its group is claimed in the source; a
+  redriven one is claimed there before any message of its group behind it.
+  Its liveness is the oracle's "lost" and "leftover" checks after a final
+  drain that goes on past ``BLOCKER_CHECK`` (``run._drain``).
 """
 
 from __future__ import annotations
@@ -348,6 +354,10 @@ def _not_a_blocker(name: names.Name) -> bool:
     return name.state != names.NEW and name.expiry_ms != names.MAX_EXPIRY_MS
 
 
+def _a_blocker(name: names.Name) -> bool:
+    return name.expiry_ms == names.MAX_EXPIRY_MS
+
+
 def check_strict(
     changes: list[Change],
     src: str,
@@ -362,27 +372,28 @@ def check_strict(
     id or a sibling's, a move under way too), no other message of g is
     claimed in the source ``src``; and once a redrive published it back in
     ``src``, no message of g behind it is claimed there while it waits
-    unclaimed. ``claims``: every claim in ``src`` (the final drain's too);
-    a claim after a purge that may have removed a blocker is excused."""
+    unclaimed. Judged: a message's first dead letter, and each later one
+    whose dead-lettering left a blocker in ``src`` while it was there (not a
+    second copy that a dead-lettering cut short published after the first
+    had left: a move is at least once, and the rename to its blocker finds
+    the message gone). ``claims``: every
+    claim in ``src`` (the final drain's too); a claim after a purge that may
+    have removed a blocker is excused."""
     purges = [(e.start, e.end) for e in events if e.op == "purge"]
     by_group: dict[str, list[Claimed]] = defaultdict(list)
     for claim in claims:
         if (spot := _spot(claim.parsed.id)) is not None:
             by_group[spot[1]].append(claim)
     in_src = presence(changes, src, _not_a_blocker)
+    blocked = presence(changes, src, _a_blocker)
     for (position, token), spans in presence(changes, dlq, _any_name).items():
-        for start, end in spans:
-            for claim in by_group[token]:
-                if claim.parsed.id.startswith(position) or not start < claim.at < end:
-                    continue
-                if any(stop > start and began < claim.at for began, stop in purges):
-                    continue
-                add(
-                    f"strict dead letter passed: {claim.parsed.id} of group {token} was "
-                    f"claimed in the source by {claim.writer or 'an orphan'} at "
-                    f"{claim.at:.3f} while the dead letter at {position} was in the "
-                    f"dead-letter queue ({start:.3f} to {end:.3f})"
-                )
+        for i, (start, end) in enumerate(spans):
+            if i and not any(start <= at <= end for at, _ in blocked.get((position, token), [])):
+                continue
+            others = [c for c in by_group[token] if not c.parsed.id.startswith(position)]
+            why = f"while the dead letter at {position} was in the dead-letter queue"
+            why += f" ({start:.3f} to {end:.3f})"
+            _passed("strict", others, (start, end), purges, why, add)
             _check_redriven(position, token, start, in_src, by_group[token], purges, add)
 
 
@@ -404,13 +415,29 @@ def _check_redriven(
     redriven, gone = back[0]
     mine = [c.at for c in claims if c.parsed.id.startswith(position) and c.at > redriven]
     until = min([gone, *mine])
+    behind = [c for c in claims if c.parsed.id[: len(position)] > position]
+    why = f"behind the dead letter at {position} published back at {redriven:.3f}, not yet claimed"
+    _passed("redriven", behind, (redriven, until), purges, why, add)
+
+
+def _passed(
+    rule: str,
+    claims: list[Claimed],
+    span: tuple[float, float],
+    purges: list[tuple[float, float]],
+    why: str,
+    add: Callable[[str], None],
+) -> None:
+    """Each of ``claims`` strictly inside ``span`` broke the ``rule`` (its
+    ``why``), unless a purge that ended after the span began ran before it."""
+    start, end = span
     for claim in claims:
-        if claim.parsed.id[: len(position)] <= position or not redriven < claim.at < until:
+        if not start < claim.at < end:
             continue
-        if any(stop > redriven and began < claim.at for began, stop in purges):
+        if any(stop > start and began < claim.at for began, stop in purges):
             continue
         add(
-            f"redriven dead letter passed: {claim.parsed.id} of group {token} was claimed "
-            f"in the source by {claim.writer or 'an orphan'} at {claim.at:.3f}, behind the "
-            f"dead letter at {position} published back at {redriven:.3f} and not yet claimed"
+            f"{rule} dead letter passed: {claim.parsed.id} of group "
+            f"{names.group_of(claim.parsed.id)} was claimed in the source by "
+            f"{claim.writer or 'an orphan'} at {claim.at:.3f}, {why}"
         )

@@ -384,13 +384,13 @@ def _drain(
         for q in queues.values():
             q.stats()
         scheduler.bucket.now += _moves.FINISH_AFTER + 1
-        for _ in range(STRICT_ROUNDS if strict else 1):
+        for again in range(STRICT_ROUNDS if strict else 1):
+            scheduler.bucket.now += BLOCKER_CHECK + 1 if again else 0
             before = len(drained)
             for queue, q in queues.items():
                 _drain_one(queue, q, drained)
             if len(drained) == before:
                 break
-            scheduler.bucket.now += BLOCKER_CHECK + 1
     return drained
 
 
