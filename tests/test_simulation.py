@@ -306,17 +306,18 @@ ENGINE_BUGS: dict[str, tuple[str, int, str]] = {
         108,
         "acknowledged came back",
     ),
-    # In a strict queue (dead_letter_blocks_group) a redrive published a dead
-    # letter back in the source (o5, at 49.201 s, under a sibling id at its
-    # FIFO position) and removed it from the dead-letter queue (49.230); at
-    # 50.644 consumer c3 found the dead letter gone, deleted the group's
-    # blocker and at 50.655 claimed 1800000000107-0000 of the group, behind
-    # the redriven copy (claimed only at 68.867, by c4): its listing of the
-    # source did not show the copy (read before the redrive published it;
-    # one of its requests was stalled), but its look in the dead-letter
-    # queue came after the redrive. Also seed 100144: a page read before the
-    # redrive's publish, then c3 paused 500 s, unblocked and took the
-    # group's next message; the redriven copy waited until the final drain.
+    # In a strict queue (dead_letter_blocks_group), consumer c3 listed the
+    # source from 43.138 s to 50.620 s (a stalled request), its pages of the
+    # group's blocker (1800000000081-0000) read before 49.201, when the
+    # operator o5's redrive published the dead letter back there (a sibling
+    # id at its FIFO position); the redrive removed it from the dead-letter
+    # queue at 49.230. At 50.646, after that listing, c3's unblock looked in
+    # the dead-letter queue, found it gone, deleted the blocker and opened
+    # the group in a view without the redriven head: at 50.655 c3 claimed
+    # 1800000000107-0000, behind it (the head was claimed at 68.867, by c4).
+    # The look in the dead-letter queue is newer than the listing it acts on.
+    # Also seeds 100024, 100144 (a listing of 530 s: the head waited until
+    # the final drain) and 100276 (a listing targeted at another group).
     "a-redriven-strict-dead-letter-passed-by-a-stale-listing": (
         "groups-strict-dead-letters",
         100010,

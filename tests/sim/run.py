@@ -38,9 +38,11 @@ from .workload import Event
 SKEW = 0.02  # clients' clocks are within ±SKEW s of the bucket's
 #: How far a client's measure of the bucket's clock may be off: a Date names a second.
 DATE_ERROR = 1.0
-#: Rounds of the final drain of a strict queue (``Plan.strict_groups``): a
-#: group blocked behind a dead letter goes on in the round after its ack.
-STRICT_ROUNDS = 4
+#: Rounds of the final drain of a strict queue (``Plan.strict_groups``), at
+#: most: a group blocked behind a dead letter goes on in the round after its
+#: ack, and the drain may dead-letter its next message (a chain of them takes
+#: a round each); it stops at the first round that finds nothing.
+STRICT_ROUNDS = 100
 
 
 @dataclass
