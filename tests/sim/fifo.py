@@ -37,6 +37,12 @@ What it checks, each on the bucket's clock with the oracle's ``tolerance``:
   limit (``vsqs._dedup``): a record of the next slot created by a send that
   began before the record of the slot before it landed (two sends racing
   across a slot boundary both create). Later windows are not judged.
+* **strict dead letters** (a queue with ``dead_letter_blocks_group``,
+  ``check_strict``): while a dead letter of a group is in the dead-letter
+  queue, no other message of its group is claimed in the source; a
+  redriven one is claimed there before any message of its group behind it.
+  Its liveness is the oracle's "lost" and "leftover" checks after a final
+  drain that goes on past ``BLOCKER_CHECK`` (``run._drain``).
 """
 
 from __future__ import annotations
@@ -294,3 +300,144 @@ def _raced(slots: list[Slot], events: list[Event]) -> set[str]:
         if not record.writer or any(e.start < before.created for e in by[-1:]):
             out.add(record.record.id)
     return out
+
+
+class Claimed(Protocol):
+    """What the strict rule reads of ``oracle.Claim``."""
+
+    parsed: names.Name
+    at: float
+    writer: str
+
+
+#: A message's FIFO position (``<ms>-<seq>-``, kept under any id a move
+#: gives it) and group token.
+Spot = tuple[str, str]
+
+
+def _spot(message_id: str) -> Spot | None:
+    token = names.group_of(message_id)
+    return None if token is None else (message_id[: names.ID_LEN - names.NONCE_LEN], token)
+
+
+def presence(
+    changes: Iterable[Change], prefix: str, keep: Callable[[names.Name], bool]
+) -> dict[Spot, list[tuple[float, float]]]:
+    """When a message of each grouped spot was under ``prefix``: the spans
+    during which at least one key of it that ``keep`` accepts existed there
+    (``inf``: to the end)."""
+    live: dict[Spot, set[str]] = defaultdict(set)
+    spans: dict[Spot, list[tuple[float, float]]] = defaultdict(list)
+    for at, kind, key, _ in changes:
+        parsed = names.parse(key[len(prefix) :]) if key.startswith(prefix) else None
+        spot = None if parsed is None or not keep(parsed) else _spot(parsed.id)
+        if spot is None:
+            continue
+        keys = live[spot]
+        if kind == "delete":
+            if key in keys:
+                keys.discard(key)
+                if not keys:
+                    spans[spot][-1] = (spans[spot][-1][0], at)
+        elif key not in keys:
+            if not keys:
+                spans[spot].append((at, math.inf))
+            keys.add(key)
+    return spans
+
+
+def _any_name(name: names.Name) -> bool:
+    return True
+
+
+def _not_a_blocker(name: names.Name) -> bool:
+    return name.state != names.NEW and name.expiry_ms != names.MAX_EXPIRY_MS
+
+
+def _a_blocker(name: names.Name) -> bool:
+    return name.expiry_ms == names.MAX_EXPIRY_MS
+
+
+def check_strict(
+    changes: list[Change],
+    src: str,
+    dlq: str,
+    claims: Iterable[Claimed],
+    events: list[Event],
+    add: Callable[[str], None],
+) -> None:
+    """The strict dead-letter rule (``dead_letter_blocks_group``), on the
+    bucket's clock: while a dead letter of group g is in the dead-letter
+    queue ``dlq`` (a name at its FIFO position and of its group: under its
+    id or a sibling's, a move under way too), no other message of g is
+    claimed in the source ``src``; and once a redrive published it back in
+    ``src``, no message of g behind it is claimed there while it waits
+    unclaimed. Judged: a message's first dead letter, and each later one
+    whose dead-lettering left a blocker in ``src`` while it was there (not a
+    second copy that a dead-lettering cut short published after the first
+    had left: a move is at least once, and the rename to its blocker finds
+    the message gone). ``claims``: every
+    claim in ``src`` (the final drain's too); a claim after a purge that may
+    have removed a blocker is excused."""
+    purges = [(e.start, e.end) for e in events if e.op == "purge"]
+    by_group: dict[str, list[Claimed]] = defaultdict(list)
+    for claim in claims:
+        if (spot := _spot(claim.parsed.id)) is not None:
+            by_group[spot[1]].append(claim)
+    in_src = presence(changes, src, _not_a_blocker)
+    blocked = presence(changes, src, _a_blocker)
+    for (position, token), spans in presence(changes, dlq, _any_name).items():
+        for i, (start, end) in enumerate(spans):
+            if i and not any(start <= at <= end for at, _ in blocked.get((position, token), [])):
+                continue
+            others = [c for c in by_group[token] if not c.parsed.id.startswith(position)]
+            why = f"while the dead letter at {position} was in the dead-letter queue"
+            why += f" ({start:.3f} to {end:.3f})"
+            _passed("strict", others, (start, end), purges, why, add)
+            _check_redriven(position, token, start, in_src, by_group[token], purges, add)
+
+
+def _check_redriven(
+    position: str,
+    token: str,
+    entered: float,
+    in_src: Mapping[Spot, list[tuple[float, float]]],
+    claims: list[Claimed],
+    purges: list[tuple[float, float]],
+    add: Callable[[str], None],
+) -> None:
+    """A dead letter at ``position`` (in the dead-letter queue from
+    ``entered``) published back in the source is claimed before any message
+    of its group behind it, while it is there (``check_strict``)."""
+    back = [span for span in in_src.get((position, token), []) if span[0] > entered]
+    if not back:
+        return
+    redriven, gone = back[0]
+    mine = [c.at for c in claims if c.parsed.id.startswith(position) and c.at > redriven]
+    until = min([gone, *mine])
+    behind = [c for c in claims if c.parsed.id[: len(position)] > position]
+    why = f"behind the dead letter at {position} published back at {redriven:.3f}, not yet claimed"
+    _passed("redriven", behind, (redriven, until), purges, why, add)
+
+
+def _passed(
+    rule: str,
+    claims: list[Claimed],
+    span: tuple[float, float],
+    purges: list[tuple[float, float]],
+    why: str,
+    add: Callable[[str], None],
+) -> None:
+    """Each of ``claims`` strictly inside ``span`` broke the ``rule`` (its
+    ``why``), unless a purge that ended after the span began ran before it."""
+    start, end = span
+    for claim in claims:
+        if not start < claim.at < end:
+            continue
+        if any(stop > start and began < claim.at for began, stop in purges):
+            continue
+        add(
+            f"{rule} dead letter passed: {claim.parsed.id} of group "
+            f"{names.group_of(claim.parsed.id)} was claimed in the source by "
+            f"{claim.writer or 'an orphan'} at {claim.at:.3f}, {why}"
+        )

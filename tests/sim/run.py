@@ -1,5 +1,6 @@
 """One simulated schedule: set up, run, drain, judge. ``python -m tests.sim SEED`` replays one
-(``--groups 0.6``, ``--dedups 0.4 --dedup-window 30``: with issue 29's features).
+(``--groups 0.6``, ``--dedups 0.4 --dedup-window 30``: with issue 29's features;
+``--strict``: on a queue whose dead letters block their groups).
 
 A run is a pure function of its :class:`Plan` (seed, bucket flavour, faults
 and client mix): every random choice (the schedule, the clients' scripts,
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import random
 import sys
@@ -21,6 +23,7 @@ from typing import Any
 
 import vsqs
 from vsqs import _names as names
+from vsqs._dead_letter import BLOCKER_CHECK
 from vsqs._envelope import unseal
 from vsqs.stores import _moves, _object, _probe
 from vsqs.stores._object import ObjectStore
@@ -35,6 +38,11 @@ from .workload import Event
 SKEW = 0.02  # clients' clocks are within ±SKEW s of the bucket's
 #: How far a client's measure of the bucket's clock may be off: a Date names a second.
 DATE_ERROR = 1.0
+#: Rounds of the final drain of a strict queue (``Plan.strict_groups``), at
+#: most: a group blocked behind a dead letter goes on in the round after its
+#: ack, and the drain may dead-letter its next message (a chain of them takes
+#: a round each); it stops at the first round that finds nothing.
+STRICT_ROUNDS = 100
 
 
 @dataclass
@@ -74,6 +82,25 @@ class Plan:
     #: ``dedup_window`` (seconds).
     dedups: float = 0.0
     dedup_window: float = 300.0
+    #: The source queue keeps a group blocked behind its dead letter
+    #: (``dead_letter_blocks_group``); ``poison`` of grouped single sends are
+    #: poison, never acknowledged at the source (so dead-lettered).
+    strict_groups: bool = False
+    poison: float = 0.0
+
+
+def strict(plan: Plan) -> Plan:
+    """``plan`` on a strict queue (``dead_letter_blocks_group``) with poison
+    messages, two consumers of the dead-letter queue (unless it has some),
+    and groups (0.6 of sends, unless it has a share)."""
+    return dataclasses.replace(
+        plan,
+        strict_groups=True,
+        poison=0.3,
+        dead_letter=True,
+        groups=plan.groups or 0.6,
+        dlq_consumers=plan.dlq_consumers or 2,
+    )
 
 
 @dataclass
@@ -163,6 +190,8 @@ def _run(plan: Plan) -> Report:
         vsqs.Queue(store("dlq", setup_clock), clock=setup_clock).close()
     if plan.dedups:
         config["dedup_window"] = plan.dedup_window
+    if plan.strict_groups:
+        config["dead_letter_blocks_group"] = True
     vsqs.Queue(store("src", setup_clock), clock=setup_clock, **config).close()
     queues = ("src", "dlq") if plan.dead_letter else ("src",)
     if plan.moves:
@@ -182,6 +211,7 @@ def _run(plan: Plan) -> Report:
         spark_writes=plan.spark_writes,
         groups=plan.groups,
         dedups=plan.dedups,
+        poison=plan.poison,
     )
     scripts = random.Random(plan.seed ^ 0xC11E)
     roles: list[tuple[str, Callable[..., None]]] = (
@@ -203,7 +233,7 @@ def _run(plan: Plan) -> Report:
     scheduler.run()
 
     errors = [f"{a.name}: {type(a.error).__name__}: {a.error}" for a in scheduler.actors if a.error]
-    drained = _drain(scheduler, opener, queues)
+    drained = _drain(scheduler, opener, queues, strict=plan.strict_groups)
     leftovers = sorted(key for key in bucket.objects if not key.endswith("/" + names.CONFIG_NAME))
     aliases = sibling_ids(bucket.written, history.events)
     src = f"{prefix}/src/"
@@ -216,6 +246,7 @@ def _run(plan: Plan) -> Report:
     # Names on the bucket's clock where it tells its time (each client's
     # measure of it is off by at most the second a Date names), else on
     # the writers' clocks (off by their skew); steps come on top.
+    claims = claims_of(bucket, src)
     tolerance = 2 * ((DATE_ERROR if store_clock else plan.skew) + step) + 0.002
     verdict = judge(
         history.events,
@@ -228,7 +259,7 @@ def _run(plan: Plan) -> Report:
         aliases=aliases,
         max_receives=config.get("max_receives"),
         faulted=scheduler.faulted,
-        claims=claims_of(bucket, src),
+        claims=claims,
         born=first_keys(bucket, src),
         changes=bucket.changes,
         written=bucket.written,
@@ -245,6 +276,9 @@ def _run(plan: Plan) -> Report:
         window=plan.dedup_window,
         faulted=scheduler.faulted,
     )
+    if plan.strict_groups:
+        dlq = f"{prefix}/dlq/"
+        fifo.check_strict(bucket.changes, src, dlq, claims, history.events, verdict.add)
     requests = sum(sum(i.requests.values()) for i in ios)
     return Report(
         plan, verdict, scheduler.fingerprint(), scheduler.steps, requests, scheduler.trace
@@ -333,11 +367,17 @@ def _drain(
     scheduler: Scheduler,
     opener: Callable[[str, Callable[[], float]], vsqs.Queue],
     names_: tuple[str, ...],
+    *,
+    strict: bool = False,
 ) -> list[Drained]:
     """Long after the run, with no faults: repair, then receive and ack everything.
 
     Each queue is listed once, ``FINISH_AFTER`` before the rest: where listings
-    tell no times, that is when its leftovers start to age."""
+    tell no times, that is when its leftovers start to age. ``strict``: the
+    source keeps groups blocked behind their dead letters, which the
+    dead-letter queue's drain acknowledges: the queues are drained again,
+    ``BLOCKER_CHECK`` later each time, until a round finds nothing (liveness:
+    every group goes on once its dead letters are gone)."""
     scheduler.bucket.now += 7200
     clock = scheduler.clock()
     drained: list[Drained] = []
@@ -346,18 +386,25 @@ def _drain(
         for q in queues.values():
             q.stats()
         scheduler.bucket.now += _moves.FINISH_AFTER + 1
-        for queue, q in queues.items():
-            q.gc()
-            while batch := q.receive_batch(10, visibility_timeout=3600):
-                for message in batch:
-                    # A dead letter shows its origin record (read before the ack removes it).
-                    record = message.dead_lettered is not None if queue == "dlq" else None
-                    drained.append(
-                        Drained(queue, message.id, message.body, message.receive_count, record)
-                    )
-                    message.delete()
-            q.gc()
+        for again in range(STRICT_ROUNDS if strict else 1):
+            scheduler.bucket.now += BLOCKER_CHECK + 1 if again else 0
+            before = len(drained)
+            for queue, q in queues.items():
+                _drain_one(queue, q, drained)
+            if len(drained) == before:
+                break
     return drained
+
+
+def _drain_one(queue: str, q: vsqs.Queue, drained: list[Drained]) -> None:
+    q.gc()
+    while batch := q.receive_batch(10, visibility_timeout=3600):
+        for message in batch:
+            # A dead letter shows its origin record (read before the ack removes it).
+            record = message.dead_lettered is not None if queue == "dlq" else None
+            drained.append(Drained(queue, message.id, message.body, message.receive_count, record))
+            message.delete()
+    q.gc()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -386,6 +433,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--groups", type=float, default=0.0, help="grouped send share")
     parser.add_argument("--dedups", type=float, default=0.0, help="dedup-id send share")
     parser.add_argument("--dedup-window", type=float, default=300.0, help="seconds")
+    parser.add_argument(
+        "--strict", action="store_true",
+        help="dead_letter_blocks_group, poison messages, consumers of the dead-letter queue",
+    )  # fmt: skip
     parser.add_argument("--trace", action="store_true", help="print the schedule")
     args = parser.parse_args(argv)
     failed = 0
@@ -407,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
             dedups=args.dedups,
             dedup_window=args.dedup_window,
         )
-        report = run(plan)
+        report = run(strict(plan) if args.strict else plan)
         if args.trace:
             print("\n".join(report.trace))
         print(report)

@@ -14,7 +14,9 @@ loop (``Setup.moves``). With issue 29's features in the plan, producers
 send messages in groups (``GROUPS``: single sends, delayed sends, batches of
 one group or a group each) and send deduplication ids (``DEDUP_IDS``:
 repeated, by a twin process at the same time, and again after a send that
-raised), and consumers now and then receive from one group only. Every
+raised), and consumers now and then receive from one group only; some
+grouped messages are poison (``Setup.poison``): no consumer of the source
+acknowledges them, so they are dead-lettered. Every
 call is logged with the bucket's time before and after it and its outcome.
 """
 
@@ -45,6 +47,8 @@ DELAYS = (0.0, 0.5, 2.0)
 #: group at its place in ``GROUPS`` (the last in none).
 GROUPS = ("red", "green", "blue")
 DEDUP_IDS = ("job-0", "job-1", "job-2", "job-3")
+#: The start of a poison message's body: its handler fails every time.
+POISON = b"poison:"
 
 
 @dataclass
@@ -134,6 +138,10 @@ class Setup:
     #: (``DEDUP_IDS``), retried after an unknown outcome, sometimes with a
     #: twin process sending the same id at once (0: never, no draw).
     dedups: float = 0.0
+    #: How often a single send with a group is poison (``POISON``): no
+    #: consumer of the source acknowledges it, so it is dead-lettered (0:
+    #: never, no draw).
+    poison: float = 0.0
 
     def body(self, actor: str) -> bytes:
         self.bodies += 1
@@ -152,6 +160,8 @@ def producer(setup: Setup, name: str, rng: random.Random, ops: int, skew: float)
             kind = rng.random()
             if kind < 0.6:
                 body = setup.body(name)
+                if group is not None and setup.poison and rng.random() < setup.poison:
+                    body = POISON + body
 
                 def send(e: Event, b: bytes = body, g: str | None = group) -> None:
                     e.queue, e.bodies, e.groups = "src", [b], [g]
@@ -368,6 +378,8 @@ def _settle(
     me = scheduler.current()
     assert me is not None
     clock = scheduler.clock(me.skew)
+    if queue == "src" and message.body.startswith(POISON):
+        return None  # its handler failed: it comes back after its visibility timeout
     action = rng.random()
 
     def record(e: Event, op: Callable[[], Any], visibility: float = 0.0) -> Any:
