@@ -279,6 +279,22 @@ REGRESSIONS = {
     # record unmarked though the message was there: a roll forward published
     # it again after it was acknowledged (now marked once it is seen there).
     "r29-a-landed-dedup-message-left-unmarked": FEATURE_PLANS["dedup-ids"](27),
+    # In a strict queue (dead_letter_blocks_group), consumer c3 listed the
+    # source from 43.138 s to 50.620 s (a stalled request), its pages of the
+    # group's blocker (1800000000081-0000) read before 49.201, when the
+    # operator o5's redrive published the dead letter back there (a sibling
+    # id at its FIFO position); the redrive removed it from the dead-letter
+    # queue at 49.230. At 50.646, after that listing, c3's unblock looked in
+    # the dead-letter queue, found it gone, deleted the blocker and opened
+    # the group in a view without the redriven head: at 50.655 c3 claimed
+    # 1800000000107-0000, behind it (the head was claimed at 68.867, by c4).
+    # The look in the dead-letter queue was newer than the listing it acted
+    # on; now the group opens only at a listing started after the look.
+    # Also seeds 100024, 100144 (a listing of 530 s: the head waited until
+    # the final drain) and 100276 (a listing targeted at another group).
+    "r29-a-redriven-strict-dead-letter-passed-by-a-stale-listing": FEATURE_PLANS[
+        "groups-strict-dead-letters"
+    ](100010),
 }
 
 
@@ -305,23 +321,6 @@ ENGINE_BUGS: dict[str, tuple[str, int, str]] = {
         "dedup-ids",
         108,
         "acknowledged came back",
-    ),
-    # In a strict queue (dead_letter_blocks_group), consumer c3 listed the
-    # source from 43.138 s to 50.620 s (a stalled request), its pages of the
-    # group's blocker (1800000000081-0000) read before 49.201, when the
-    # operator o5's redrive published the dead letter back there (a sibling
-    # id at its FIFO position); the redrive removed it from the dead-letter
-    # queue at 49.230. At 50.646, after that listing, c3's unblock looked in
-    # the dead-letter queue, found it gone, deleted the blocker and opened
-    # the group in a view without the redriven head: at 50.655 c3 claimed
-    # 1800000000107-0000, behind it (the head was claimed at 68.867, by c4).
-    # The look in the dead-letter queue is newer than the listing it acts on.
-    # Also seeds 100024, 100144 (a listing of 530 s: the head waited until
-    # the final drain) and 100276 (a listing targeted at another group).
-    "a-redriven-strict-dead-letter-passed-by-a-stale-listing": (
-        "groups-strict-dead-letters",
-        100010,
-        "redriven dead letter passed",
     ),
 }
 

@@ -190,7 +190,11 @@ class View:
         c.refresh(listing, token, during, started, self._clock.elapsed())
         if self.unblock is not None and (found := blockers(listing.pending)):
             for name in self.unblock(found, self._clock.elapsed()):
-                c.forget(name)  # its group goes on
+                # Its group goes on from a listing that started after the
+                # look: a redrive publishes the dead letter at its source
+                # before it leaves, perhaps behind this listing's pages.
+                c.groups.block(token_of(name) or "")
+                c.forget(name)
         for message_id in store.moving:  # another client's move under way: in flight
             group = names.group_of(message_id)
             if group is not None:
