@@ -77,8 +77,10 @@ class Scanner:
     """Scans a fixed set of open queues; :meth:`scan` lists each once, and
     each dead-letter queue that is not one of them once."""
 
-    def __init__(self, queues: Sequence[Queue]) -> None:
+    def __init__(self, queues: Sequence[Queue], options: dict[str, Any] | None = None) -> None:
+        """``options``: the storage options of a dead-letter queue to open."""
         self.queues = list(queues)
+        self._options = options
         #: The figures of the latest scan.
         self.figures: list[Figures] = []
         self._lock = threading.Lock()
@@ -90,19 +92,20 @@ class Scanner:
         figures = []
         for queue in self.queues:
             target = queue.dead_letter_url
-            depth = None if target is None else self._dead_letter_depth(queue, target, seen)
+            depth = None if target is None else self._dead_letter_depth(target, queue, seen)
             grouped = queue.config.format >= 3
             figures.append(Figures(queue.url, seen[queue.url], depth, grouped))
         with self._lock:
             self.figures = figures
         return figures
 
-    @staticmethod
-    def _dead_letter_depth(queue: Queue, target: str, seen: dict[str, QueueStats]) -> int:
+    def _dead_letter_depth(self, target: str, source: Queue, seen: dict[str, QueueStats]) -> int:
+        """Messages of the dead-letter queue ``target`` of ``source``, listed
+        once a scan (none if it does not exist yet)."""
         if target not in seen:
             try:
                 with Queue(
-                    target, storage_options=storage_options(), create=False, clock=queue.clock
+                    target, storage_options=self._options, create=False, clock=source.clock
                 ) as dlq:
                     seen[target] = _listed(dlq)
             except QueueNotFound:  # not created yet: no dead letter so far
@@ -164,7 +167,7 @@ def print_prometheus(urls: Sequence[str]) -> None:
     client = _prometheus()
     with ExitStack() as stack:
         queues = [stack.enter_context(open_queue(url)) for url in urls]
-        scanner = Scanner(queues)
+        scanner = Scanner(queues, storage_options())
         scanner.scan()
         out(client.generate_latest(registry_of(scanner)))
 
@@ -239,7 +242,7 @@ def serve(targets: tuple[str, ...], port: int, host: str, interval: float) -> No
     client = _prometheus()
     with ExitStack() as stack:
         queues = [stack.enter_context(open_queue(url)) for url in resolve(targets)]
-        scanner = Scanner(queues)
+        scanner = Scanner(queues, storage_options())
         scanner.scan()
         server, thread = client.start_http_server(port, addr=host, registry=registry_of(scanner))
         try:

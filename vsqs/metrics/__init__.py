@@ -77,7 +77,7 @@ def enable_prometheus(registry: Any = None) -> None:
         _install()
 
 
-def enable_opentelemetry(meter_provider: Any = None) -> None:
+def enable_opentelemetry(meter_provider: Any = None, *, tracer_provider: Any = None) -> None:
     """From now on every queue of the process, those opened before too,
     records the OpenTelemetry messaging metrics with a meter of
     ``meter_provider`` (the global one when ``None``):
@@ -87,12 +87,12 @@ def enable_opentelemetry(meter_provider: Any = None) -> None:
     ``messaging.system="vsqs"``, ``messaging.destination.name`` (the queue's
     url) and ``messaging.operation.name``.
 
-    With a tracer provider set, a send inside a span gives its message the
-    span's W3C trace context as the attributes ``traceparent`` (and
-    ``tracestate``), unless the caller set them or the message has no room
-    left among its attributes (or the queue is of format 2), and
-    ``consume`` runs each handler in a consumer span linked to it.
-    Enabling again replaces the meter provider.
+    A send inside a span gives its message the span's W3C trace context as
+    the attributes ``traceparent`` (and ``tracestate``), unless the caller
+    set them, the message has no room left among its attributes, or the
+    queue is of format 2; ``consume`` runs each handler in a consumer span
+    of ``tracer_provider`` (the global one when ``None``) linked to it.
+    Enabling again replaces the providers.
     """
     metrics = _require("opentelemetry.metrics")
     _require("opentelemetry.trace")
@@ -100,7 +100,7 @@ def enable_opentelemetry(meter_provider: Any = None) -> None:
 
     provider = metrics.get_meter_provider() if meter_provider is None else meter_provider
     with _LOCK:
-        _ON["opentelemetry"] = OpenTelemetryObserver(provider)
+        _ON["opentelemetry"] = OpenTelemetryObserver(provider, tracer_provider)
         _install()
 
 

@@ -46,7 +46,10 @@ class OpenTelemetryObserver(meter.Off):
     carry the current span's context, and ``consume`` handles each message
     in a consumer span linked to it."""
 
-    def __init__(self, provider: MeterProvider) -> None:
+    def __init__(
+        self, provider: MeterProvider, tracer_provider: trace.TracerProvider | None = None
+    ) -> None:
+        self._tracer = trace.get_tracer("vsqs", tracer_provider=tracer_provider)
         otel_meter = provider.get_meter("vsqs")
         self._duration = otel_meter.create_histogram(
             "messaging.client.operation.duration",
@@ -104,7 +107,7 @@ class OpenTelemetryObserver(meter.Off):
     def handling(
         self, url: str, handler: Callable[[meter.M], object]
     ) -> Callable[[meter.M], object]:
-        tracer = trace.get_tracer("vsqs")
+        tracer = self._tracer
 
         def traced_handler(message: meter.M) -> object:
             producer = trace.get_current_span(_PROPAGATOR.extract(dict(message.attributes)))
