@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import vsqs
 import vsqs.metrics
+from benchmarks import bench_metrics
 from vsqs import _meter as meter
 from vsqs import _names as names
 from vsqs.stores._object import ObjectStore
@@ -222,3 +223,21 @@ def test_enabling_without_the_library_says_what_to_install(
         message = str(caught.value)
         assert "pip install 'vsqs[metrics]'" in message and "\n" not in message
     assert meter.observer is meter.OFF
+
+
+def test_the_benchmark_runs_its_three_variants_and_leaves_metrics_off(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``benchmarks/bench_metrics.py`` at a tiny size (its lifecycle checks
+    that every message came back once); nothing here is timed."""
+    assert (
+        bench_metrics.main(["--messages", "20", "--repeat", "1", "--workdir", str(tmp_path)]) == 0
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines[1:3]] == ["off", "prometheus"]
+    assert lines[3].split()[:2] == ["off", "again"]
+    assert lines[4].startswith("hooks while off: ")
+    calls, _ = bench_metrics.hook_bound(20, str(tmp_path))
+    assert calls >= 6  # a send, a receive and an ack each report, and their store requests
+    assert meter.observer is meter.OFF
+    assert list(tmp_path.iterdir()) == []  # its queues are gone

@@ -3,7 +3,10 @@ one ``CollectorRegistry`` (docs/monitoring.md)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics import MetricWrapperBase
 
 from .. import _meter as meter
 from .. import _names as names
@@ -57,36 +60,47 @@ class PrometheusObserver(meter.Off):
             registry=registry,
         )
 
+        #: The labelled children, by family and labels: prometheus-client's
+        #: ``labels()`` checks and locks on every call.
+        self._children: dict[tuple[object, ...], Any] = {}
+
+    def _child(self, family: MetricWrapperBase, *labels: str) -> Any:
+        key = (family, *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = family.labels(*labels)
+        return child
+
     def clock(self) -> float:
         return meter.now()
 
     def sent(self, url: str, operation: str, count: int, started: float) -> None:
-        self._sent.labels(url).inc(count)
+        self._child(self._sent, url).inc(count)
         self.operation(url, operation, started)
 
     def received(self, url: str, count: int, started: float) -> None:
         if count:
-            self._received.labels(url).inc(count)
+            self._child(self._received, url).inc(count)
         else:
-            self._empty.labels(url).inc()
+            self._child(self._empty, url).inc()
         self.operation(url, "receive", started)
 
     def deleted(self, url: str, receipt: str, now_ms: meter.NowMs) -> None:
-        self._deleted.labels(url).inc()
+        self._child(self._deleted, url).inc()
         sent_ms = names.id_ms(names.id_of(receipt))
-        self._dwell.labels(url).observe(max(0, now_ms() - sent_ms) / 1000)
+        self._child(self._dwell, url).observe(max(0, now_ms() - sent_ms) / 1000)
 
     def operation(self, url: str, name: str, started: float) -> None:
-        self._durations.labels(url, name).observe(meter.now() - started)
+        self._child(self._durations, url, name).observe(meter.now() - started)
 
     def dead_lettered(self, url: str) -> None:
-        self._dead_lettered.labels(url).inc()
+        self._child(self._dead_lettered, url).inc()
 
     def claim_conflict(self, url: str) -> None:
-        self._conflicts.labels(url).inc()
+        self._child(self._conflicts, url).inc()
 
     def request(self, url: str, operation: str, outcome: str) -> None:
-        self._requests.labels(url, operation, outcome).inc()
+        self._child(self._requests, url, operation, outcome).inc()
 
     def groups_in_flight(self, url: str, count: int) -> None:
-        self._groups.labels(url).set(count)
+        self._child(self._groups, url).set(count)
