@@ -153,3 +153,21 @@ def test_a_format_2_queue_sends_inside_a_span_without_the_context(
         q.send(b"x")  # format 2 has no attributes: no context, and no error
     [point] = by_operation(otel.points("messaging.client.sent.messages"), q.url).values()
     assert point.value == 1
+
+
+def test_a_message_with_no_room_for_the_context_goes_without_it(otel: Otel, tmp_path: Path) -> None:
+    """The context counts towards ``max_message_size``: a message that fits
+    only without it is sent without it; one too large anyway is refused."""
+    with (
+        vsqs.Queue(tmp_path / "q", max_message_size=1024) as q,
+        otel.tracer.start_as_current_span("produce"),
+    ):
+        q.send(b"x" * 1000)
+        q.send(b"x" * 1024)
+        with pytest.raises(vsqs.MessageTooLarge):
+            q.send(b"x" * 1025)
+        q.send(b"small")
+        got = {len(m.body): m.attributes for m in q.receive_batch(3)}
+    assert got[1000] == {}  # 1 000 bytes and a traceparent of 66 make more than 1 024
+    assert got[1024] == {}
+    assert set(got[5]) == {"traceparent"}

@@ -61,8 +61,12 @@ def prepare(
             given = item.attributes if item.attributes is not None else attributes
         else:
             body, keys, given = as_bytes(item), (group, dedup_id), attributes
-        m = meta(*keys, meter.observer.traced(given) if config.format >= 3 else given)
+        traced = meter.observer.traced(given) if config.format >= 3 else given
+        m = meta(*keys, traced)
         size = len(body) + attributes_size(m.attributes)
+        if size > config.max_message_size and traced is not given:  # no room for a trace context
+            m = meta(*keys, given)
+            size = len(body) + attributes_size(m.attributes)
         if size > config.max_message_size:
             which = f"message {i} of the batch" if len(items) > 1 else "the message"
             with_attributes = " with its attributes" if m.attributes else ""
