@@ -222,11 +222,11 @@ def metrics() -> None:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to serve on.")
 @click.option(
     "--interval",
-    type=click.FloatRange(0.1),
-    metavar="SECONDS",
     default=15.0,
-    show_default=True,
     help="Seconds between two scans.",
+    type=click.FloatRange(0.1),
+    show_default=True,
+    metavar="SECONDS",
 )
 @queue_options
 def serve(targets: tuple[str, ...], port: int, host: str, interval: float) -> None:
