@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -90,13 +91,17 @@ def test_stats_prometheus_prints_each_queues_gauges(
     assert dlq is not None and ("vsqs_messages_visible", dlq) not in got  # not asked for
 
 
-def test_stats_takes_several_queues_only_with_prometheus(
+def test_stats_takes_several_queues_only_with_prometheus_and_it_alone(
     queues: tuple[vsqs.Queue, vsqs.Queue],
 ) -> None:
     jobs, orders = queues
     done = run("stats", jobs.url, orders.url)
     assert done.returncode == 2
     assert "several QUEUEs only with --prometheus" in done.stderr
+    for other in ("--json", "--watch"):
+        done = run("stats", jobs.url, "--prometheus", other)
+        assert done.returncode == 2 and done.stdout == ""
+        assert "--prometheus goes with neither --json nor --watch" in done.stderr
 
 
 def test_stats_prometheus_without_the_library_says_what_to_install(
@@ -140,8 +145,10 @@ def test_metrics_serve_rescans_a_root_and_stops_on_a_signal(
     first = scrape(port)
     assert first["vsqs_messages_visible", dlq] == 1  # the dead-letter queue is a queue under it
     assert first["vsqs_messages_visible", orders.url] == 0
-    orders.send(b"new")
-    until(lambda: scrape(port)["vsqs_messages_visible", orders.url] == 1, "a rescan", proc)
+    with vsqs.Queue(Path(root) / "later") as later:  # found at start only
+        orders.send(b"new")
+        until(lambda: scrape(port)["vsqs_messages_visible", orders.url] == 1, "a rescan", proc)
+        assert ("vsqs_messages_visible", later.url) not in scrape(port)
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=DEADLINE)
     assert proc.returncode == exit_status(signum)
@@ -183,3 +190,26 @@ def test_one_scan_lists_each_queue_once_on_s3(s3_server: Server, dlq_scanned: bo
         if s.name == "vsqs_store_requests_total" and s.labels["operation"] == "list"
     }
     assert lists == {a.url: 1, b.url: 1, dlq.url: 1}
+
+
+def test_metrics_serve_keeps_the_last_figures_of_a_scan_that_failed(tmp_path: Path) -> None:
+    """A queue removed while served: the scan fails, says so on stderr, and
+    a scrape still reads the figures of the last scan that worked."""
+    with vsqs.Queue(tmp_path / "doomed") as q:
+        q.send(b"x")
+        url = q.url
+    proc = start(
+        "metrics", "serve", url, "--port", "0", "--interval", "0.1", stderr=subprocess.PIPE
+    )
+    assert proc.stderr is not None
+    match = re.search(r":(\d+)/metrics for 1 queues", proc.stderr.readline().decode())
+    assert match
+    port = int(match.group(1))
+    assert scrape(port)["vsqs_messages_visible", url] == 1
+    shutil.rmtree(url)
+    failed = proc.stderr.readline().decode()  # the next scan's
+    assert "a scan failed (the last figures stay)" in failed and url in failed
+    assert scrape(port)["vsqs_messages_visible", url] == 1
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=DEADLINE)
+    assert proc.returncode == exit_status(signal.SIGTERM)

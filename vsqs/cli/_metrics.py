@@ -162,8 +162,11 @@ def registry_of(scanner: Scanner) -> CollectorRegistry:
     return registry
 
 
-def print_prometheus(urls: Sequence[str]) -> None:
-    """``vsqs stats --prometheus``: scan once, print the text exposition."""
+def print_prometheus(urls: Sequence[str], *, other_format: bool) -> None:
+    """``vsqs stats --prometheus``: scan once, print the text exposition
+    (``other_format``: ``--json`` or ``--watch`` was given too, a usage error)."""
+    if other_format:
+        raise click.UsageError("--prometheus goes with neither --json nor --watch")
     client = _prometheus()
     with ExitStack() as stack:
         queues = [stack.enter_context(open_queue(url)) for url in urls]

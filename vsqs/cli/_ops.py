@@ -134,7 +134,7 @@ def stats(
     With --prometheus, the Prometheus text format of every QUEUE.
     """
     if prometheus:
-        print_prometheus(urls)
+        print_prometheus(urls, other_format=as_json or watch)
         return
     url = only_queue(urls)
     with open_queue(url) as queue:
