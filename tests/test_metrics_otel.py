@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
+from prometheus_client import CollectorRegistry
 
 import vsqs
 import vsqs.metrics
@@ -171,3 +172,16 @@ def test_a_message_with_no_room_for_the_context_goes_without_it(otel: Otel, tmp_
     assert got[1000] == {}  # 1 000 bytes and a traceparent of 66 make more than 1 024
     assert got[1024] == {}
     assert set(got[5]) == {"traceparent"}
+
+
+def test_both_exporters_count_at_once_and_disable_stops_both(otel: Otel, tmp_path: Path) -> None:
+    registry = CollectorRegistry()
+    vsqs.metrics.enable_prometheus(registry)
+    with vsqs.Queue(tmp_path / "q") as q:
+        q.send(b"both")
+        vsqs.metrics.disable()
+        q.send(b"neither")
+        url = q.url
+    assert registry.get_sample_value("vsqs_messages_sent_total", {"queue": url}) == 1
+    [point] = by_operation(otel.points("messaging.client.sent.messages"), url).values()
+    assert point.value == 1
