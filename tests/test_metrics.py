@@ -74,6 +74,8 @@ def test_a_queue_counts_its_lifecycle_under_the_exact_names(
         clock.advance(5)
         first, second = q.receive_batch(2)
         q.delete(first)
+        with pytest.raises(vsqs.ReceiptExpired):  # its unlink finds nothing: not_found
+            q.delete(first.receipt or "")
         clock.advance(2)
         assert q.delete_batch([second]).deleted == [second.receipt]
         assert q.receive_batch(5)[0].body == b"three"
@@ -104,6 +106,7 @@ def test_a_queue_counts_its_lifecycle_under_the_exact_names(
     requests = "vsqs_store_requests_total"
     assert value(got, requests, queue=url, operation="read", outcome="ok") == 3
     assert value(got, requests, queue=url, operation="delete", outcome="ok") == 2
+    assert value(got, requests, queue=url, operation="delete", outcome="not_found") == 1
 
 
 def test_queues_opened_before_count_once_each_and_disable_stops_it(tmp_path: Path) -> None:
@@ -129,6 +132,20 @@ def test_queues_opened_before_count_once_each_and_disable_stops_it(tmp_path: Pat
         assert len(sent) == 2
 
 
+def test_enabling_on_another_registry_moves_the_counting_there(tmp_path: Path) -> None:
+    first, second = CollectorRegistry(), CollectorRegistry()
+    with vsqs.Queue(tmp_path / "q") as q:
+        try:
+            vsqs.metrics.enable_prometheus(first)
+            q.send(b"1")
+            vsqs.metrics.enable_prometheus(second)
+            q.send_batch([b"2", b"3"])
+        finally:
+            vsqs.metrics.disable()
+        assert value(scrape(first), "vsqs_messages_sent_total", queue=q.url) == 1
+        assert value(scrape(second), "vsqs_messages_sent_total", queue=q.url) == 2
+
+
 def test_a_dead_letter_queue_is_a_queue_like_the_others(
     registry: CollectorRegistry, tmp_path: Path, clock: FakeClock
 ) -> None:
@@ -143,8 +160,11 @@ def test_a_dead_letter_queue_is_a_queue_like_the_others(
         with vsqs.Queue(dlq_url, clock=clock) as dlq:
             msg = dlq.receive()
             assert msg is not None
+            clock.advance(4)
             msg.delete()
         got = scrape(registry)
+        # It keeps its id: its dwell counts from its first send, 7 s before.
+        assert value(got, "vsqs_message_dwell_seconds_sum", queue=dlq_url) == 7.0
         assert value(got, "vsqs_messages_dead_lettered_total", queue=q.url) == 1
         assert value(got, "vsqs_messages_received_total", queue=q.url) == 1
         assert value(got, "vsqs_messages_received_total", queue=dlq_url) == 1
@@ -163,7 +183,9 @@ def test_a_lost_claim_race_counts_a_conflict(registry: CollectorRegistry, clock:
         assert [m.body for m in second.receive_batch(1)] == [b"2"]
         assert first.receive() is None
         url = first.url
-    assert value(scrape(registry), "vsqs_claim_conflicts_total", queue=url) == 1
+    got = scrape(registry)
+    assert value(got, "vsqs_claim_conflicts_total", queue=url) == 1
+    assert not [k for k in got if k[0] == "vsqs_store_requests_total"]  # a MemoryStore counts none
 
 
 def test_groups_in_flight_is_what_stats_sees(
