@@ -134,13 +134,23 @@ def test_metrics_serve_rescans_a_root_and_stops_on_a_signal(
     jobs, orders = queues
     root = str(Path(jobs.url).parent)
     proc = start(
-        "metrics", "serve", root, "--port", "0", "--interval", "0.1", stderr=subprocess.PIPE
+        "metrics",
+        "serve",
+        root,
+        "--port",
+        "0",
+        "--interval",
+        "0.1",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
-    assert proc.stderr is not None
-    line = proc.stderr.readline().decode()
-    match = re.search(r"http://127\.0\.0\.1:(\d+)/metrics for 3 queues", line)
-    assert match, line
+    assert proc.stdout is not None and proc.stderr is not None
+    address = proc.stdout.readline().decode()  # the address alone, as data
+    match = re.fullmatch(r"http://127\.0\.0\.1:(\d+)/metrics\n", address)
+    assert match, address
     port = int(match.group(1))
+    said = proc.stderr.readline().decode()
+    assert f"{address.strip()} for 3 queues, scanned every 0.1 s" in said
     dlq = jobs.dead_letter_url
     first = scrape(port)
     assert first["vsqs_messages_visible", dlq] == 1  # the dead-letter queue is a queue under it
@@ -150,7 +160,8 @@ def test_metrics_serve_rescans_a_root_and_stops_on_a_signal(
         until(lambda: scrape(port)["vsqs_messages_visible", orders.url] == 1, "a rescan", proc)
         assert ("vsqs_messages_visible", later.url) not in scrape(port)
     proc.send_signal(signum)
-    _, err = proc.communicate(timeout=DEADLINE)
+    left, err = proc.communicate(timeout=DEADLINE)
+    assert left == b""  # nothing more on stdout
     assert proc.returncode == exit_status(signum)
     assert "Traceback" not in err.decode()
     with pytest.raises(OSError):  # the server is gone with it
@@ -202,7 +213,7 @@ def test_metrics_serve_keeps_the_last_figures_of_a_scan_that_failed(tmp_path: Pa
         "metrics", "serve", url, "--port", "0", "--interval", "0.1", stderr=subprocess.PIPE
     )
     assert proc.stderr is not None
-    match = re.search(r":(\d+)/metrics for 1 queues", proc.stderr.readline().decode())
+    match = re.search(r":(\d+)/metrics for 1 queue,", proc.stderr.readline().decode())
     assert match
     port = int(match.group(1))
     assert scrape(port)["vsqs_messages_visible", url] == 1

@@ -24,7 +24,7 @@ from .._queue import Queue
 from ..stores._registry import list_queues
 from ._common import open_queue, queue_options, storage_options
 from ._interrupt import interruptible
-from ._report import out
+from ._report import out, out_line
 
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector, CollectorRegistry
@@ -220,7 +220,7 @@ def metrics() -> None:
     "--port",
     type=click.IntRange(0, 65535),
     required=True,
-    help="TCP port to serve on (0: any free one; the line on stderr names it).",
+    help="TCP port to serve on (0: any free one; the address printed names it).",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to serve on.")
 @click.option(
@@ -233,7 +233,8 @@ def metrics() -> None:
 )
 @queue_options
 def serve(targets: tuple[str, ...], port: int, host: str, interval: float) -> None:
-    """Serve the figures of `vsqs stats --prometheus` at http://HOST:PORT/metrics.
+    """Serve the figures of `vsqs stats --prometheus` at http://HOST:PORT/metrics
+    (printed on stdout once it serves).
 
     Each ROOT_OR_QUEUE is a queue, or a directory, bucket or prefix whose
     queues (found at start) are served. Every scan lists each queue once
@@ -249,11 +250,11 @@ def serve(targets: tuple[str, ...], port: int, host: str, interval: float) -> No
         scanner.scan()
         server, thread = client.start_http_server(port, addr=host, registry=registry_of(scanner))
         try:
-            bound = server.server_port
+            address = f"http://{host}:{server.server_port}/metrics"
+            out_line(address)  # data: where to scrape (the port it took, with --port 0)
+            count = f"{len(queues)} queue{'' if len(queues) == 1 else 's'}"
             click.echo(
-                f"vsqs: serving http://{host}:{bound}/metrics for {len(queues)} queues, "
-                f"scanned every {interval:g} s",
-                err=True,
+                f"vsqs: serving {address} for {count}, scanned every {interval:g} s", err=True
             )
             _rescan(scanner, interval)
         finally:
