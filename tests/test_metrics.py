@@ -237,8 +237,11 @@ def test_enabling_without_the_library_says_what_to_install(
     without its own raises one line naming the extra."""
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
     monkeypatch.setitem(sys.modules, "opentelemetry.metrics", None)
+    original = vsqs.metrics
+    monkeypatch.setattr(vsqs, "metrics", original)  # the import below rebinds it
     monkeypatch.delitem(sys.modules, "vsqs.metrics")
     fresh = importlib.import_module("vsqs.metrics")
+    assert fresh is not original  # imported anew, without either library
     for enable in (fresh.enable_prometheus, fresh.enable_opentelemetry):
         with pytest.raises(vsqs.VsqsError) as caught:
             enable()
