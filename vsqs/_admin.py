@@ -14,6 +14,7 @@ from contextlib import suppress
 from typing import Any
 
 from . import _inspect as inspect
+from . import _meter as meter
 from . import _names as names
 from ._config import QueueConfig
 from ._dead_letter import collect_origins, remove_records
@@ -110,6 +111,7 @@ def stats(
     dead-letter queue (``None`` without one)."""
     with storage_errors(f"listing {store.url}"):
         t = inspect.tally(store, clock.now_ms())
+    meter.observer.groups_in_flight(store.url, len(t.held_groups))
     return QueueStats(
         ready=t.ready,
         in_flight=t.in_flight,

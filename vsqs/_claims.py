@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import NamedTuple
 
+from . import _meter as meter
 from . import _names as names
 from ._candidates import STALE_AFTER, Candidates
 from ._envelope import read_limit
@@ -258,6 +259,7 @@ class Claims(View):
                 )
             elif isinstance(error, FileNotFoundError | FileExistsError):
                 skipped = self._candidates.lost(store.renames_cost_requests)
+                meter.observer.claim_conflict(store.url)
                 log.debug("%s: lost a claim race; skipping %d candidates", store.url, skipped)
             else:
                 failure = failure or error

@@ -12,6 +12,7 @@ from queue import SimpleQueue
 from types import TracebackType
 
 from . import _forks
+from . import _meter as meter
 from ._errors import VsqsError
 from ._message import Message, give_back
 from ._options import ConsumePlan
@@ -199,6 +200,7 @@ class Crew:
 def consume(queue: WorkerQueue, handler: Callable[[Message], object], plan: ConsumePlan) -> int:
     """The loop of :meth:`vsqs.Queue.consume` (see there); returns how many succeeded."""
     run = Run()
+    handler = meter.observer.handling(queue.url, handler)
     with (
         interruptible(queue, run),
         Heartbeat(queue, plan.visibility_timeout) as heartbeat,

@@ -32,6 +32,7 @@ from contextlib import suppress
 from datetime import UTC, datetime
 from typing import NamedTuple, Protocol
 
+from . import _meter as meter
 from . import _names as names
 from ._errors import (
     InvalidArgument,
@@ -309,6 +310,7 @@ class DeadLetters:
             origin.receive_count,
             dlq.url,
         )
+        meter.observer.dead_lettered(self._source.url)
         if parsed.group is not None and self._blocks():
             blocker = names.next_name(parsed, names.MAX_EXPIRY_MS, parsed.receive_count)
             self._source.rename(held, blocker)

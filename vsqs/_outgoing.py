@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from . import _meter as meter
 from ._config import QueueConfig
 from ._envelope import HEADER_SLACK, Meta, attributes_size, content_dedup_id, meta, seal
 from ._errors import InvalidArgument, MessageTooLarge, QueueConfigError
@@ -53,15 +54,19 @@ def prepare(
     for i, (item, dedup_id) in enumerate(zip(items, ids, strict=True)):
         if isinstance(item, Outgoing):
             body = as_bytes(item.body)
-            m = meta(
+            keys = (
                 item.group if item.group is not None else group,
                 item.dedup_id if item.dedup_id is not None else dedup_id,
-                item.attributes if item.attributes is not None else attributes,
             )
+            given = item.attributes if item.attributes is not None else attributes
         else:
-            body = as_bytes(item)
-            m = meta(group, dedup_id, attributes)
+            body, keys, given = as_bytes(item), (group, dedup_id), attributes
+        traced = meter.observer.traced(given) if config.format >= 3 else given
+        m = meta(*keys, traced)
         size = len(body) + attributes_size(m.attributes)
+        if size > config.max_message_size and traced is not given:  # no room for a trace context
+            m = meta(*keys, given)
+            size = len(body) + attributes_size(m.attributes)
         if size > config.max_message_size:
             which = f"message {i} of the batch" if len(items) > 1 else "the message"
             with_attributes = " with its attributes" if m.attributes else ""

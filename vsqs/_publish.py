@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 
+from . import _meter as meter
 from . import _names as names
 from ._errors import StorageError, VsqsError, storage_errors
 from ._fanout import fan_out
@@ -256,6 +257,26 @@ class Publisher:
     def send(self, items: list[Prepared], delay_ms: int) -> list[str]:
         """Publish each message on its own, in order; return the ids (a
         duplicate's is the id of the first message of its deduplication id)."""
+        return self._counted("send", self._send_each, items, delay_ms)
+
+    def send_batch(self, items: list[Prepared], delay_ms: int) -> list[str]:
+        """Publish a batch (:meth:`_send_batch`); return the ids in order."""
+        return self._counted("send_batch", self._send_batch, items, delay_ms)
+
+    def _counted(
+        self,
+        operation: str,
+        send: Callable[[list[Prepared], int], list[str]],
+        items: list[Prepared],
+        delay_ms: int,
+    ) -> list[str]:
+        """``send(items, delay_ms)``, reported to the meter as ``operation``."""
+        started = meter.observer.clock()
+        sent = send(items, delay_ms)
+        meter.observer.sent(self._store.url, operation, len(sent), started)
+        return sent
+
+    def _send_each(self, items: list[Prepared], delay_ms: int) -> list[str]:
         sent: list[str] = []
 
         def where() -> str:
@@ -298,17 +319,17 @@ class Publisher:
         self._published(names.published_name(message_id, visible_at), visible_at)
         return True
 
-    def send_batch(self, items: list[Prepared], delay_ms: int) -> list[str]:
+    def _send_batch(self, items: list[Prepared], delay_ms: int) -> list[str]:
         """Stage every message, make them durable with one sync, then publish
         them (one rename batch). Not atomic: on an error some may have been
         sent. A batch with deduplication ids is sent one message at a time."""
         store = self._store
         if any(item.meta.dedup_id is not None for item in items):
-            return self.send(items, delay_ms)
+            return self._send_each(items, delay_ms)
         if store.creates_atomically(self._durable):
             if store.renames_cost_requests:
                 return self._send_side_by_side(items, delay_ms)
-            return self.send(items, delay_ms)
+            return self._send_each(items, delay_ms)
         staged: list[str] = []
         done: set[str] = set()
         sent: list[str] = []

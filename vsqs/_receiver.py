@@ -16,6 +16,7 @@ import time
 
 from . import _candidates as candidates
 from . import _forks
+from . import _meter as meter
 from . import _names as names
 from ._candidates import Candidates
 from ._claims import Claim, Claims, Exhausted
@@ -99,6 +100,23 @@ class Receiver(Claims):
         given back at once, uncounted (:meth:`_give_back`). Raises
         :class:`QueueClosed` once :meth:`close` was called (at once, from a wait).
         """
+        started = meter.observer.clock()
+        got = self._poll(max_messages, vt_ms, wait, stop, max_receives, exhausted, max_size, target)
+        meter.observer.received(self._store.url, len(got), started)
+        return got
+
+    def _poll(
+        self,
+        max_messages: int,
+        vt_ms: int,
+        wait: float,
+        stop: threading.Event | None,
+        max_receives: int | None,
+        exhausted: Exhausted | None,
+        max_size: int | None,
+        target: str | None,
+    ) -> list[Claim]:
+        """The long poll of :meth:`receive`."""
         deadline = time.monotonic() + wait
         idle_wakes = 0
         with self._calls:  # a receive under way, for close()

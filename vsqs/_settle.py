@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol
 
+from . import _meter as meter
 from . import _names as names
 from ._config import seconds
 from ._dead_letter import remove_records
@@ -40,10 +41,13 @@ class Settler:
 
     def delete(self, msg_or_receipt: Message | str) -> None:
         """See :meth:`vsqs.Queue.delete`."""
+        started = meter.observer.clock()
         self._ack(self._ack_target(msg_or_receipt))
+        meter.observer.operation(self._owner.url, "delete", started)
 
     def delete_batch(self, msgs_or_receipts: Iterable[Message | str]) -> DeleteResult:
         """See :meth:`vsqs.Queue.delete_batch`."""
+        started = meter.observer.clock()
         targets = [self._ack_target(item) for item in msgs_or_receipts]
         deleted: list[str] = []
         stale: list[str] = []
@@ -60,6 +64,7 @@ class Settler:
                 failed[receipt] = error
             else:
                 raise error
+        meter.observer.operation(self._owner.url, "delete_batch", started)
         return DeleteResult(deleted, stale, failed)
 
     def extend(
@@ -186,6 +191,7 @@ class Settler:
                 self._store.delete(receipt, known=known)
             except FileNotFoundError:
                 raise ReceiptExpired(f"cannot delete: {self._stale(receipt)}") from None
+        meter.observer.deleted(self._owner.url, receipt, self._clock.now_ms)
         self._tracker.deleted(receipt)
 
 

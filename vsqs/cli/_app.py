@@ -35,6 +35,7 @@ from ._common import (
 from ._demo import demo
 from ._interrupt import interruptible, release, take
 from ._load import pump, sink
+from ._metrics import metrics
 from ._move import move
 from ._ops import gc, purge, queues, redrive_command, stats
 from ._report import Report, json_option, out, out_line
@@ -380,7 +381,7 @@ def peek(url: str, max_messages: int, as_json: bool, null: bool) -> None:
             _emit(message, as_json, null)
 
 
-for _command in (send, stats, purge, redrive_command, move, gc, queues, pump, sink, demo):
+for _command in (send, stats, purge, redrive_command, move, gc, queues, pump, sink, demo, metrics):
     main.add_command(_command)
 
 

@@ -28,6 +28,7 @@ from ._common import (
     storage_options,
 )
 from ._interrupt import checkpoint, interruptible
+from ._metrics import only_queue, print_prometheus, prometheus_option
 from ._report import Report, json_option, out_line
 
 #: Messages ``vsqs redrive`` moves between two looks for a signal.
@@ -95,8 +96,8 @@ class Refresh:
         return {"time": self.time.isoformat(timespec="milliseconds"), "backlog_change": change}
 
 
-@click.command(short_help="Counts by state and ages; --watch.")
-@click.argument("url", metavar="QUEUE")
+@click.command(short_help="Counts by state and ages; --watch, --prometheus.")
+@click.argument("urls", metavar="QUEUE...", nargs=-1, required=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object (a line per refresh).")
 @click.option(
     "-w",
@@ -115,14 +116,27 @@ class Refresh:
 @click.option(
     "--count", type=click.IntRange(1), metavar="N", help="With --watch: stop after this many."
 )
+@prometheus_option
 @queue_options
-def stats(url: str, as_json: bool, watch: bool, interval: float, count: int | None) -> None:
+def stats(
+    urls: tuple[str, ...],
+    as_json: bool,
+    watch: bool,
+    interval: float,
+    count: int | None,
+    prometheus: bool,
+) -> None:
     """Show the queue's counts by state and the ages an operator graphs.
 
     With --watch, each refresh also shows the time and the backlog change:
     how many messages per second the queue gained (sends minus deletes)
     since the previous refresh. Fails (exit 1) if the queue is removed.
+    With --prometheus, the Prometheus text format of every QUEUE.
     """
+    if prometheus:
+        print_prometheus(urls, other_format=as_json or watch)
+        return
+    url = only_queue(urls)
     with open_queue(url) as queue:
         if not watch:
             figures = queue.stats()

@@ -76,8 +76,7 @@ class FsspecObjects(ObjectIO):
     @contextmanager
     def _request(self, kind: str) -> Iterator[None]:
         """Count one request; serialize it where the filesystem is not thread-safe."""
-        self.count(kind)
-        with self._serial:
+        with self.request(kind), self._serial:
             try:
                 yield
             except KeyError as exc:  # fsspec's memory filesystem, racing a delete

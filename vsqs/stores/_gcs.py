@@ -162,7 +162,6 @@ class GCSObjects(FsspecObjects):
     def create(self, name: str, data: bytes) -> None:
         from fsspec.asyn import sync
 
-        self.count("put")
         bucket, _, key = self._path(name).partition("/")
         # A multipart upload, as gcsfs sends it (fake-gcs-server honours the
         # precondition on no other kind), with a boundary no body contains.
@@ -177,20 +176,21 @@ class GCSObjects(FsspecObjects):
             ]
         )
         once = type(self.fs)._request.__wrapped__  # the request, without gcsfs's retries
-        try:
-            _, headers, _, _ = sync(
-                self.fs.loop,
-                once,
-                self.fs,
-                "POST",
-                f"{self.fs._location}/upload/storage/v1/b/{quote(bucket, safe='')}/o",
-                uploadType="multipart",
-                ifGenerationMatch="0",
-                data=body,
-                headers={"Content-Type": f'multipart/related; boundary="{boundary}"'},
-            )
-        except (FileExistsError, PermissionError):
-            raise
-        except Exception as exc:  # gcsfs's HttpError, aiohttp's errors: the outcome is unknown
-            raise ConnectionError(f"creating {name}: {exc}") from exc
+        with self.request("put"):
+            try:
+                _, headers, _, _ = sync(
+                    self.fs.loop,
+                    once,
+                    self.fs,
+                    "POST",
+                    f"{self.fs._location}/upload/storage/v1/b/{quote(bucket, safe='')}/o",
+                    uploadType="multipart",
+                    ifGenerationMatch="0",
+                    data=body,
+                    headers={"Content-Type": f'multipart/related; boundary="{boundary}"'},
+                )
+            except (FileExistsError, PermissionError):
+                raise
+            except Exception as exc:  # gcsfs's HttpError, aiohttp's errors: the outcome is unknown
+                raise ConnectionError(f"creating {name}: {exc}") from exc
         self.last_date = http_date(headers.get("Date")) or self.last_date

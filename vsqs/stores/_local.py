@@ -34,6 +34,7 @@ import sys
 import time
 from collections.abc import Hashable, Iterable
 
+from .. import _meter as meter
 from .._errors import QueueClosed, QueueNotFound
 from .._names import NEW_SUFFIX, validate_queue_name
 from ._base import Changes, Store, TooLarge
@@ -162,6 +163,7 @@ class LocalStore(Store):
             self._checked_at = -math.inf
         raise QueueNotFound(gone)
 
+    @meter.metered("list")
     def list(self, *, prefix: str = "", settle: bool = False) -> list[str]:
         """One ``scandir`` of the directory, read whole (the files' types come
         with the entries: no ``stat``)."""
@@ -173,12 +175,14 @@ class LocalStore(Store):
                 if e.name.startswith(prefix) and e.is_file(follow_symlinks=False)
             ]
 
+    @meter.metered("read")
     def read(self, name: str) -> bytes:
         """The file's bytes; ``FileNotFoundError`` if it is missing or no
         message file (a symlink, a directory or a socket planted under a
         message name: a forged receipt reads nothing through it)."""
         return self._read(name, None)
 
+    @meter.metered("read")
     def read_limited(self, name: str, limit: int) -> bytes:
         """The size comes from the ``fstat`` a file larger than one read
         takes anyway: no system call more than :meth:`read`."""
@@ -209,6 +213,7 @@ class LocalStore(Store):
         # directory fsync (ext4 without a journal): durable creates stage.
         return not fsync and self._tmpfile
 
+    @meter.metered("write")
     def write_new(self, name: str, data: bytes, *, fsync: bool) -> None:
         if self._gone is not None or time.monotonic() - self._checked_at >= CHECK_EVERY:
             self.check_place()
@@ -244,6 +249,7 @@ class LocalStore(Store):
             raise
         os.close(fd)
 
+    @meter.metered("rename")
     def rename(self, src: str, dst: str) -> None:
         if "." in src and not src.endswith(NEW_SUFFIX):  # a held name, maybe from a receipt
             self._check_file(src)
@@ -258,6 +264,7 @@ class LocalStore(Store):
         # source; it would replace dst, which ids make unique (docs/format.md).
         os.rename(src, dst, src_dir_fd=self.fd, dst_dir_fd=self.fd)
 
+    @meter.metered("delete")
     def delete(self, name: str, *, known: bool = False) -> None:
         self._check_file(name)
         os.unlink(name, dir_fd=self.fd)

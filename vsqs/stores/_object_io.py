@@ -12,10 +12,12 @@ import time
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Hashable, Iterator
+from contextlib import contextmanager
 from email.utils import parsedate_to_datetime
 from typing import ClassVar
 
 from .. import _forks
+from .. import _meter as meter
 from .._fanout import IN_FLIGHT
 
 _COUNT_LOCK = _forks.lock()
@@ -68,6 +70,14 @@ class ObjectIO(ABC):
     def count(self, kind: str) -> None:
         with _COUNT_LOCK:  # batches send requests from several threads
             self.requests[kind] += 1
+
+    @contextmanager
+    def request(self, kind: str) -> Iterator[None]:
+        """One request of ``kind`` (what runs inside): counted in
+        :attr:`requests`, and reported to :mod:`vsqs.metrics` with its outcome."""
+        self.count(kind)
+        with meter.request(self.url, kind):
+            yield
 
     @abstractmethod
     def container_exists(self) -> bool:

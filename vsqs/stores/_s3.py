@@ -143,23 +143,22 @@ class S3Objects(FsspecObjects):
     def container_exists(self) -> bool:
         """One ``HEAD`` of the bucket: only a 404 means it is missing (s3fs's
         ``exists`` answers False for any error, a throttled or dead network too)."""
-        self.count("head")
         try:
-            self._call("head_bucket")
+            with self.request("head"):
+                self._call("head_bucket")
         except FileNotFoundError:
             return False
         return True
 
     def get(self, name: str) -> bytes:
-        self.count("get")
-        with _unknown_outcome("get_object"):
+        with self.request("get"), _unknown_outcome("get_object"):
             data: bytes = self.fs.cat_file(self._path(name), **_ONE_GET)
         return data
 
     def exists(self, name: str) -> bool:
-        self.count("head")
         try:
-            self._call("head_object", Key=self.prefix + name)
+            with self.request("head"):
+                self._call("head_object", Key=self.prefix + name)
         except FileNotFoundError:
             return False
         return True
@@ -167,14 +166,14 @@ class S3Objects(FsspecObjects):
     def listing(self, prefix: str = "") -> Iterator[tuple[str, float | None]]:
         token: dict[str, str] = {}
         while True:
-            self.count("list")
-            page = self._call(
-                "list_objects_v2",
-                Prefix=self.prefix + prefix,
-                Delimiter="/",
-                MaxKeys=_PAGE,
-                **token,
-            )
+            with self.request("list"):
+                page = self._call(
+                    "list_objects_v2",
+                    Prefix=self.prefix + prefix,
+                    Delimiter="/",
+                    MaxKeys=_PAGE,
+                    **token,
+                )
             for entry in page.get("Contents", ()):
                 name = entry["Key"][len(self.prefix) :]
                 if name:
@@ -206,41 +205,39 @@ class S3Objects(FsspecObjects):
             session._retry_connection = False
 
     def create(self, name: str, data: bytes) -> None:
-        self.count("put")
-        self._guard_creates()
-        try:
-            self._call("put_object", Key=self.prefix + name, Body=data, IfNoneMatch="*")
-        except CreateOutcomeUnknown:
-            raise
-        except OSError as exc:
-            status, code, message = _status(exc)
-            if status == 412 or isinstance(exc, FileExistsError):
-                raise FileExistsError(name) from None
-            if status == 501 or code == "NotImplemented":
-                raise UnsupportedStore(
-                    f"{self.url}: the store does not implement exclusive creates "
-                    f"(PUT with If-None-Match: *): {status} {code} {message}".rstrip()
-                ) from None
-            raise
+        with self.request("put"):
+            self._guard_creates()
+            try:
+                self._call("put_object", Key=self.prefix + name, Body=data, IfNoneMatch="*")
+            except CreateOutcomeUnknown:
+                raise
+            except OSError as exc:
+                status, code, message = _status(exc)
+                if status == 412 or isinstance(exc, FileExistsError):
+                    raise FileExistsError(name) from None
+                if status == 501 or code == "NotImplemented":
+                    raise UnsupportedStore(
+                        f"{self.url}: the store does not implement exclusive creates "
+                        f"(PUT with If-None-Match: *): {status} {code} {message}".rstrip()
+                    ) from None
+                raise
 
     def copy(self, src: str, dst: str) -> None:
-        self.count("copy")
-        self._call(
-            "copy_object",
-            Key=self.prefix + dst,
-            CopySource={"Bucket": self.bucket, "Key": self.prefix + src},
-        )
+        with self.request("copy"):
+            self._call(
+                "copy_object",
+                Key=self.prefix + dst,
+                CopySource={"Bucket": self.bucket, "Key": self.prefix + src},
+            )
 
     def remove(self, names: list[str]) -> list[str]:
         failed: list[str] = []
         for start in range(0, len(names), _PAGE):
             chunk = names[start : start + _PAGE]
-            self.count("delete")
+            keys = [{"Key": self.prefix + n} for n in chunk]
             try:
-                response = self._call(
-                    "delete_objects",
-                    Delete={"Objects": [{"Key": self.prefix + n} for n in chunk], "Quiet": True},
-                )
+                with self.request("delete"):
+                    response = self._call("delete_objects", Delete={"Objects": keys, "Quiet": True})
             except OSError:
                 failed.extend(chunk)
                 continue
@@ -249,6 +246,6 @@ class S3Objects(FsspecObjects):
 
     def store_date(self) -> float | None:
         """The ``Date`` header of a ``HEAD`` of the bucket (whole seconds)."""
-        self.count("head")
-        response = self._call("head_bucket")
+        with self.request("head"):
+            response = self._call("head_bucket")
         return http_date(response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date"))
