@@ -9,7 +9,6 @@ scanned itself; the figures go out through a prometheus-client collector
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import click
 
 from .. import _admin as admin
+from .. import _forks
 from .._errors import QueueNotFound, VsqsError
 from .._message import QueueStats
 from .._queue import Queue
@@ -83,7 +83,7 @@ class Scanner:
         self._options = options
         #: The figures of the latest scan.
         self.figures: list[Figures] = []
-        self._lock = threading.Lock()
+        self._lock = _forks.lock()
 
     def scan(self) -> list[Figures]:
         seen: dict[str, QueueStats] = {}

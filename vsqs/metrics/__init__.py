@@ -13,9 +13,9 @@ its library raises :class:`MetricsUnavailable`.
 from __future__ import annotations
 
 import importlib
-import threading
 from typing import Any
 
+from .. import _forks
 from .. import _meter as meter
 from .._errors import VsqsError
 from ._tee import Tee
@@ -25,7 +25,7 @@ class MetricsUnavailable(VsqsError):
     """An exporter's library is not installed (``pip install 'vsqs[metrics]'``)."""
 
 
-_LOCK = threading.Lock()
+_LOCK = _forks.lock()
 #: The observers on, by exporter; and the Prometheus observer of each
 #: registry it was enabled on (a registry takes its families once).
 _ON: dict[str, meter.Observer] = {}
