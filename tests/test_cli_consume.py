@@ -33,9 +33,10 @@ pytestmark = pytest.mark.processes  # a command process per message
 #: makes OUT/started/ID and exits 0 once N such files exist (3 if they do not
 #: within DEADLINE: the commands did not run side by side); ``hang`` makes
 #: OUT/started/ID and sleeps for ever; ``hang-first`` hangs at its first
-#: receive, exits 0 at the next; ``wait`` makes OUT/started/ID and exits 0
-#: once OUT/go exists; ``group`` holds OUT/lock-GROUP (made exclusively: a
-#: command finding it made already appends to OUT/overlaps) while it runs.
+#: receive, exits 0 at the next; ``stubborn-first`` too, ignoring SIGTERM;
+#: ``wait`` makes OUT/started/ID and exits 0 once OUT/go exists; ``group``
+#: holds OUT/lock-GROUP (made exclusively: a command finding it made already
+#: appends to OUT/overlaps) while it runs.
 WORKER = textwrap.dedent(
     f"""
     import json, os, sys, time
@@ -53,7 +54,11 @@ WORKER = textwrap.dedent(
             if time.monotonic() > give_up:
                 sys.exit(3)
             time.sleep(0.005)
-    hang = mode == "hang" or (mode == "hang-first" and env["VSQS_RECEIVE_COUNT"] == "1")
+    first = env["VSQS_RECEIVE_COUNT"] == "1"
+    hang = mode == "hang" or (mode in ("hang-first", "stubborn-first") and first)
+    if mode == "stubborn-first":
+        import signal
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if hang or mode in ("barrier", "wait"):
         (out / "started").mkdir(exist_ok=True)
         (out / "started" / me).touch()
@@ -200,11 +205,12 @@ def test_four_commands_run_at_once_and_a_groups_run_one_at_a_time_in_order(
     assert not (worker.out / "overlaps").exists()
 
 
+@pytest.mark.parametrize("mode", ["hang-first", "stubborn-first"])  # SIGTERM, then SIGKILL
 def test_timeout_kills_a_command_that_hangs_and_counts_it_failed(
-    tmp_path: Path, worker: Worker
+    tmp_path: Path, worker: Worker, mode: str
 ) -> None:
     url, [mid] = queue_with(tmp_path, [b"slow"])
-    done = run("consume", url, "--timeout", "5", "-n", "2", "--json", *worker.argv("hang-first"))
+    done = run("consume", url, "--timeout", "5", "-n", "2", "--json", *worker.argv(mode))
     assert done.returncode == 0, done.stderr
     runs = worker.runs()
     assert [r["env"]["VSQS_RECEIVE_COUNT"] for r in runs] == ["1", "2"]
@@ -212,6 +218,25 @@ def test_timeout_kills_a_command_that_hangs_and_counts_it_failed(
     assert (summary["failed"], summary["timed_out"], summary["succeeded"]) == (1, 1, 1)
     assert f"{mid} (receive 1): timed out after 5 s (killed)" in done.stderr
     assert not alive(runs[0]["pid"])
+
+
+def test_the_heartbeat_keeps_the_message_of_a_running_command_hidden(
+    tmp_path: Path, worker: Worker
+) -> None:
+    """Another client polls for the message for three visibility timeouts
+    while its command runs; then the command exits 0 and it is deleted."""
+    url, [mid] = queue_with(tmp_path, [b"long"])
+    proc = start("consume", url, "-n", "1", "--visibility-timeout", "1.5", *worker.argv("wait"))
+    until(lambda: worker.started() == [mid], "the command", proc)
+    with vsqs.Queue(url) as other:
+        polled_until = time.monotonic() + 4.5
+        while time.monotonic() < polled_until:
+            assert other.receive(wait=0.5) is None
+    (worker.out / "go").touch()
+    assert proc.wait(DEADLINE) == 0
+    assert [r["env"]["VSQS_RECEIVE_COUNT"] for r in worker.runs()] == ["1"]
+    stats = remaining(url)
+    assert stats.ready + stats.in_flight + stats.delayed == 0
 
 
 def alive(pid: int) -> bool:
