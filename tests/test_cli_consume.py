@@ -36,7 +36,8 @@ pytestmark = pytest.mark.processes  # a command process per message
 #: receive, exits 0 at the next; ``stubborn-first`` too, ignoring SIGTERM;
 #: ``wait`` makes OUT/started/ID and exits 0 once OUT/go exists; ``group``
 #: holds OUT/lock-GROUP (made exclusively: a command finding it made already
-#: appends to OUT/overlaps) while it runs.
+#: appends to OUT/overlaps) until another group's lock exists too (or 0.5 s
+#: passed), so that two of a group run side by side would overlap there.
 WORKER = textwrap.dedent(
     f"""
     import json, os, sys, time
@@ -78,8 +79,12 @@ WORKER = textwrap.dedent(
         except FileExistsError:
             with open(out / "overlaps", "a") as f:
                 f.write(me + "\\n")
-        else:
+        else:  # held until another group's command holds its lock too (0.5 s at most)
             os.close(fd)
+            others = lambda: [n for n in os.listdir(out) if n.startswith("lock-")] != [lock.name]
+            give_up = time.monotonic() + 0.5
+            while not others() and time.monotonic() < give_up:
+                time.sleep(0.005)
             os.unlink(lock)
     """
 )
@@ -223,13 +228,14 @@ def test_timeout_kills_a_command_that_hangs_and_counts_it_failed(
 def test_the_heartbeat_keeps_the_message_of_a_running_command_hidden(
     tmp_path: Path, worker: Worker
 ) -> None:
-    """Another client polls for the message for three visibility timeouts
-    while its command runs; then the command exits 0 and it is deleted."""
+    """Another client polls for the message for over two visibility timeouts
+    (of 3 s: extended every second) while its command runs; then the command
+    exits 0 and the message is deleted."""
     url, [mid] = queue_with(tmp_path, [b"long"])
-    proc = start("consume", url, "-n", "1", "--visibility-timeout", "1.5", *worker.argv("wait"))
+    proc = start("consume", url, "-n", "1", "--visibility-timeout", "3", *worker.argv("wait"))
     until(lambda: worker.started() == [mid], "the command", proc)
     with vsqs.Queue(url) as other:
-        polled_until = time.monotonic() + 4.5
+        polled_until = time.monotonic() + 7
         while time.monotonic() < polled_until:
             assert other.receive(wait=0.5) is None
     (worker.out / "go").touch()
