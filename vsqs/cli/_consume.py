@@ -52,8 +52,6 @@ COMMAND_ENV = (
 #: Seconds a command that ran past ``--timeout`` gets between SIGTERM and SIGKILL.
 KILL_GRACE = 5.0
 
-log = logging.getLogger("vsqs")
-
 
 class CommandFailed(Exception):
     """A command did not exit 0 (or ran past its timeout, or could not start):
@@ -62,6 +60,12 @@ class CommandFailed(Exception):
 
     def __repr__(self) -> str:
         return str(self)
+
+
+class _Abandoned(BaseException):
+    """A command killed by a second signal: the stopping consume released its
+    message already. Not an ``Exception``, so that the worker neither logs a
+    failure nor settles the message; it ends the handler's thread."""
 
 
 class _OneLine(logging.Filter):
@@ -129,6 +133,7 @@ class Commands:
         self._lock = threading.Lock()
         self._running: set[subprocess.Popen[bytes]] = set()
         self._killed: set[subprocess.Popen[bytes]] = set()  # by a second signal
+        self._closing = False  # kill_all was called: a command started after is killed
 
     def __call__(self, message: Message) -> None:
         """Run the command on ``message``; raise :class:`CommandFailed` unless it exits 0."""
@@ -143,6 +148,9 @@ class Commands:
             self._failed(message, f"could not start {self._argv[0]}: {exc.strerror or exc}")
         with self._lock:
             self._running.add(proc)
+            late = self._closing
+        if late:  # started in a thread as the main one killed the others
+            self.kill_all()
         try:
             proc.communicate(message.body, timeout=self._timeout)
         except subprocess.TimeoutExpired:
@@ -155,8 +163,8 @@ class Commands:
         finally:
             with self._lock:
                 self._running.discard(proc)
-        if proc in self._killed:  # its message was released by the consume that stopped
-            raise CommandFailed("killed by a second signal")
+        if proc in self._killed:
+            raise _Abandoned(self._argv[0])
         if proc.returncode != 0:
             self._failed(message, _status(proc.returncode))
         self._count("handled", "succeeded")
@@ -170,6 +178,7 @@ class Commands:
         """SIGKILL the commands still running; count them as released."""
         with self._lock:
             running, self._running = list(self._running), set()
+            self._closing = True
             self._killed.update(running)
             self._report.add("released", len(running))
         for proc in running:
