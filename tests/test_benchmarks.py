@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import vsqs
-from benchmarks import bench_local, bench_s3
+from benchmarks import bench_consume, bench_local, bench_s3
 
 from .support.servers import Server
 
@@ -82,3 +82,10 @@ def test_four_grouped_consumers_take_every_message(tmp_path: Path) -> None:
     (``four_consumers`` checks the count)."""
     assert bench_local.four_consumers("grouped", tmp_path / "q", 300) > 0
     assert bench_local.PROCESS_DETAIL["grouped"]
+
+
+@pytest.mark.processes
+def test_the_consume_benchmark_handles_and_deletes_every_message(tmp_path: Path) -> None:
+    """``vsqs consume -c 4 -- true`` over 40 messages: ``consume_rate`` checks
+    the summary says 40 succeeded and that the queue is empty (not timed)."""
+    assert bench_consume.consume_rate(tmp_path, 40, 4) > 0

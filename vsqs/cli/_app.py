@@ -32,6 +32,7 @@ from ._common import (
     queue_options,
     verbose_option,
 )
+from ._consume import consume
 from ._demo import demo
 from ._interrupt import interruptible, release, take
 from ._load import pump, sink
@@ -381,7 +382,20 @@ def peek(url: str, max_messages: int, as_json: bool, null: bool) -> None:
             _emit(message, as_json, null)
 
 
-for _command in (send, stats, purge, redrive_command, move, gc, queues, pump, sink, demo, metrics):
+for _command in (
+    send,
+    stats,
+    purge,
+    redrive_command,
+    move,
+    gc,
+    queues,
+    pump,
+    sink,
+    demo,
+    metrics,
+    consume,
+):
     main.add_command(_command)
 
 
