@@ -25,7 +25,7 @@ import vsqs.metrics
 from vsqs._envelope import MAX_ATTRIBUTES
 from vsqs.testing import FakeClock
 
-from .test_format2 import FORMAT_2_CONFIG, write_format_2
+from .support.format2 import FORMAT_2_CONFIG, write_format_2
 
 
 @dataclass

@@ -31,6 +31,7 @@ from typing import Any, NoReturn
 
 import click
 
+from .. import _forks
 from .._message import Message
 from .._worker import POLL
 from ._common import SECONDS, F, open_queue, queue_options
@@ -91,7 +92,7 @@ def _one_line_failures() -> Iterator[None]:
 @contextmanager
 def _say_when_stopping(commands: Commands) -> Iterator[None]:
     """While this lasts, say on stderr when a first signal stops the consume."""
-    over = threading.Event()
+    over = _forks.event()
 
     def watch() -> None:
         while not over.is_set():
@@ -130,7 +131,7 @@ class Commands:
 
     def __init__(self, argv: list[str], url: str, timeout: float | None, report: Report) -> None:
         self._argv, self._url, self._timeout, self._report = argv, url, timeout, report
-        self._lock = threading.Lock()
+        self._lock = _forks.lock()
         self._running: set[subprocess.Popen[bytes]] = set()
         self._killed: set[subprocess.Popen[bytes]] = set()  # by a second signal
         self._closing = False  # kill_all was called: a command started after is killed
