@@ -71,14 +71,15 @@ class Options:
 
 
 def queue_root(hostname: str | None) -> str:
-    """The vsqs location under which the Celery queues are, from kombu's hostname."""
+    """The vsqs location under which the Celery queues are (ending in ``/``),
+    from kombu's hostname."""
     if hostname and hostname.startswith("vsqs://"):
         hostname = hostname[len("vsqs://") :]
     if not hostname or hostname == "localhost":
         raise InvalidArgument(
             "the vsqs transport needs a queue root: broker_url = 'vsqs+file:///var/spool/celery'"
         )
-    return hostname.rstrip("/") or "/"
+    return hostname if hostname.endswith("/") else hostname + "/"
 
 
 def eta_delay(headers: dict[str, Any], now: float) -> float:
@@ -252,7 +253,7 @@ class Transport(virtual.Transport):
             queue = self._queues.get(name)
             if queue is None:
                 queue = Queue(
-                    f"{self.root}/{vsqs_name(name)}",
+                    self.root + vsqs_name(name),
                     storage_options=self.options.storage_options,
                     **self.options.queue_settings,
                 )
