@@ -11,6 +11,8 @@ import contextlib
 import importlib
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -197,3 +199,43 @@ def test_workers_on_s3(tmp_path: Path, s3_server: Server) -> None:
         assert [len(c.runs(f"s{i}")) for i in range(10)] == [1] * 10
     finally:
         c.close()
+
+
+def test_the_example_of_the_celery_guide_runs_as_written(tmp_path: Path) -> None:
+    guide = (ROOT / "docs" / "celery.md").read_text()
+    example = re.search(r"```python\n(.*?)```", guide, re.S)
+    commands = re.search(r"```sh\n(.*?)```", guide, re.S)
+    assert example and commands
+    tasks = example.group(1).replace("/var/spool/celery", str(tmp_path / "spool"))
+    assert "/var/spool" not in tasks and "broker_transport_options" in tasks
+    (tmp_path / "tasks.py").write_text(tasks)
+    shell = commands.group(1).replace("/var/spool/celery", str(tmp_path / "spool"))
+    shell = shell.replace("timeout=10", f"timeout={DEADLINE}")
+    mkdir, worker, client = (line.split("#")[0].strip() for line in shell.strip().splitlines())
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    subprocess.run(mkdir, shell=True, check=True, cwd=tmp_path)
+    with open(tmp_path / "worker.log", "wb") as log:
+        proc = subprocess.Popen(
+            shlex.split(worker),
+            cwd=tmp_path,
+            env=env,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+    try:
+        done = subprocess.run(
+            client,
+            shell=True,
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=DEADLINE + 30,
+        )
+        # the worker ran with remote control left on: Celery turns it off by itself
+        assert (done.returncode, done.stdout) == (0, "5\n"), done.stderr
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

@@ -12,6 +12,7 @@ longer than 128 characters is refused.
 from __future__ import annotations
 
 import re
+from contextlib import suppress
 
 from .._errors import InvalidQueueName
 from .._names import validate_queue_name
@@ -23,11 +24,9 @@ _ESCAPED_BODY = re.compile(r"(?:[A-Za-z0-9-]|_[0-9a-f]{2})*")
 
 
 def _valid(name: str) -> bool:
-    try:
-        validate_queue_name(name)
-    except InvalidQueueName:
-        return False
-    return True
+    with suppress(InvalidQueueName):
+        return validate_queue_name(name) == name
+    return False
 
 
 def vsqs_name(celery_name: str) -> str:
