@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 import vsqs
+from benchmarks import bench_celery
 from vsqs.kombu import vsqs_name
 
 from .support.servers import Server
@@ -139,6 +140,26 @@ def test_a_task_in_hand_of_a_killed_worker_runs_after_restart(celeries: Celeries
     assert (len(celeries.runs("k.started")), len(celeries.runs("k"))) == (2, 1)
 
 
+def test_a_task_whose_pool_process_died_is_released_at_once(tmp_path: Path) -> None:
+    # a 30-minute visibility timeout: only task_reject_on_worker_lost's requeue
+    # (a release) can bring the task back within the deadline
+    c = Celeries(tmp_path, f"file://{tmp_path / 'broker'}", vt=1800.0)
+    try:
+        c.start("w1@test")
+        c.app.block.delay("p")
+        c.until(lambda: c.runs("p.started"), "the task started")
+        child = int(c.runs("p.started")[0].split()[0])
+        os.kill(child, signal.SIGKILL)  # the pool process only: the worker rejects, requeued
+        (c.out / "release").touch()
+        c.until(lambda: c.runs("p"), "the run in another pool process")
+        c.until(c.drained, "an empty queue")
+        started = [line.split()[0] for line in c.runs("p.started")]
+        assert len(started) == 2 and started[0] != started[1]
+        assert len(c.runs("p")) == 1
+    finally:
+        c.close()
+
+
 def test_a_long_task_is_extended_not_delivered_twice(celeries: Celeries) -> None:
     celeries.start("w1@test")
     celeries.start("w2@test")  # idle: it would take the task if its timeout ran out
@@ -239,3 +260,8 @@ def test_the_example_of_the_celery_guide_runs_as_written(tmp_path: Path) -> None
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def test_the_celery_benchmark_runs_both_transports() -> None:
+    best = bench_celery.run(tasks=20, repeat=1)
+    assert set(best) == {"vsqs", "filesystem"} and all(rate > 0 for rate in best.values())
