@@ -141,9 +141,9 @@ def test_a_held_message_is_extended_before_it_expires(tmp_path: Path) -> None:
     other = vsqs.Queue(str(tmp_path / "jobs"), clock=clock)
     queue.send(b"long task")
     held = Held(10.0)
-    held._stop.set()  # no thread: this test extends by hand, on its clock
+    held.close()  # a closed holder starts no thread: here it is extended by hand only
     held.add("tag", queue, queue.receive(visibility_timeout=10))
-    for _ in range(3):  # 24 s in all, past two timeouts
+    for _ in range(3):  # 24 s of the queue's clock in all, past two timeouts
         clock.advance(8)
         held.extend_all()
         assert other.receive() is None

@@ -126,18 +126,22 @@ def test_every_task_runs_once_on_two_prefork_workers(celeries: Celeries) -> None
     assert len(pids) >= 2  # prefork children ran them
 
 
-def test_a_task_in_hand_of_a_killed_worker_runs_after_restart(celeries: Celeries) -> None:
-    first = celeries.start("w1@test")
-    celeries.app.block.delay("k")
-    celeries.until(lambda: celeries.runs("k.started"), "the task started")
-    celeries.kill(first)  # the worker and its pool: nothing acks, nothing releases
-    assert celeries.queue().stats().in_flight == 1
-    assert celeries.runs("k") == []
-    (celeries.out / "release").touch()
-    celeries.start("w2@test")
-    celeries.until(lambda: celeries.runs("k"), "the run after restart")
-    celeries.until(celeries.drained, "an empty queue")
-    assert (len(celeries.runs("k.started")), len(celeries.runs("k"))) == (2, 1)
+def test_a_task_in_hand_of_a_killed_worker_runs_after_restart(tmp_path: Path) -> None:
+    c = Celeries(tmp_path, f"file://{tmp_path / 'broker'}", vt=10.0)  # extended every 3.3 s
+    try:
+        first = c.start("w1@test")
+        c.app.block.delay("k")
+        c.until(lambda: c.runs("k.started"), "the task started")
+        c.kill(first)  # the worker and its pool: nothing acks, nothing releases
+        assert c.queue().stats().in_flight == 1
+        assert c.runs("k") == []
+        (c.out / "release").touch()
+        c.start("w2@test")
+        c.until(lambda: c.runs("k"), "the run after restart")
+        c.until(c.drained, "an empty queue")
+        assert (len(c.runs("k.started")), len(c.runs("k"))) == (2, 1)
+    finally:
+        c.close()
 
 
 def test_a_task_whose_pool_process_died_is_released_at_once(tmp_path: Path) -> None:

@@ -45,7 +45,8 @@ class Held:
         self._thread: threading.Thread | None = None
 
     def add(self, tag: str, queue: Queue, message: Message) -> None:
-        """Hold ``message`` under ``tag``, and start extending if not yet."""
+        """Hold ``message`` under ``tag``; the first one held starts the thread
+        that extends them (none once closed)."""
         with self._lock:
             self._messages[tag] = (queue, message)
             if self._thread is None and not self._stop.is_set():
