@@ -27,7 +27,8 @@ import vsqs
 from benchmarks import bench_celery
 from vsqs.kombu import vsqs_name
 
-from .support.servers import Server
+from .support.fault_proxy import FaultProxy
+from .support.servers import Server, proxied
 
 pytestmark = pytest.mark.processes
 
@@ -270,3 +271,23 @@ def test_the_celery_benchmark_runs_both_transports() -> None:
     best = bench_celery.run(tasks=20, repeat=1)
     assert set(best) == {"vsqs", "vsqs-nosync", "filesystem"}
     assert all(rate > 0 for rate in best.values())
+
+
+def test_a_worker_rides_out_a_storage_outage(
+    tmp_path: Path, s3_server: Server, s3_proxy: FaultProxy
+) -> None:
+    c = Celeries(tmp_path, s3_server.url("celery"), vt=30.0, storage=proxied(s3_server, s3_proxy))
+    try:
+        worker = c.start("w1@test")
+        c.app.record.delay("before")
+        c.until(lambda: c.runs("before"), "the run before the outage")
+        s3_proxy.arm("500", every=True)  # every request fails: receives raise StorageError
+        c.until(lambda: s3_proxy.count > 10, "failed requests")
+        s3_proxy.disarm()
+        c.app.record.delay("after")
+        c.until(lambda: c.runs("after"), "the run after the outage")
+        assert worker.poll() is None  # Celery reconnected: the worker did not stop
+        log = (tmp_path / "w1@test.log").read_text()
+        assert "StorageError" in log or "Trying again" in log
+    finally:
+        c.close()

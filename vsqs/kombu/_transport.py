@@ -23,7 +23,7 @@ from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps, loads
 
 from .._config import MAX_SECONDS, seconds
-from .._errors import InvalidArgument, VsqsError
+from .._errors import InvalidArgument, StorageError, VsqsError
 from .._queue import Queue
 from ._held import Held, delete, release
 from ._names import vsqs_name
@@ -231,6 +231,8 @@ class Transport(virtual.Transport):
     polling_interval = 0.0
     default_port = None
     can_parse_url = True
+    #: A storage failure makes Celery reconnect (with its retry policy), not stop the worker.
+    connection_errors = (*virtual.Transport.connection_errors, StorageError)
     driver_type = "vsqs"
     driver_name = "vsqs"
     implements = virtual.Transport.implements.extend(
