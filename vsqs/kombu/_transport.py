@@ -232,7 +232,7 @@ class Transport(virtual.Transport):
     default_port = None
     can_parse_url = True
     #: A storage failure makes Celery reconnect (with its retry policy), not stop the worker.
-    connection_errors = (*virtual.Transport.connection_errors, StorageError)
+    connection_errors: tuple[Any, ...] = (*virtual.Transport.connection_errors, StorageError)
     driver_type = "vsqs"
     driver_name = "vsqs"
     implements = virtual.Transport.implements.extend(
