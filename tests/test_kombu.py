@@ -235,3 +235,25 @@ def test_memory_roots_and_polling_without_wait() -> None:
         drain_one(conn, "jobs").ack()
         assert conn.transport.queue("jobs").url.endswith("kombu-test/jobs")
         assert time.monotonic() - start < 60
+
+
+def test_prefetch_is_what_qos_asks_and_a_full_channel_waits_for_an_ack(tmp_path: Path) -> None:
+    with Connection(url(tmp_path)) as conn:
+        producer = conn.Producer()
+        for i in range(5):
+            producer.publish(i, routing_key="jobs", declare=[Queue("jobs")])
+        got: list[Any] = []
+        with conn.Consumer(Queue("jobs"), callbacks=[lambda b, m: got.append(m)], prefetch_count=2):
+            for _ in range(2):
+                conn.drain_events(timeout=10)
+            channel = conn.default_channel
+            calls = []
+            drain = channel.drain_events
+            channel.drain_events = lambda **kw: calls.append(1) or drain(**kw)
+            with pytest.raises(TimeoutError):  # socket.timeout: both slots are taken
+                conn.drain_events(timeout=1.5)
+            assert len(calls) <= 5  # it waited for an ack; it did not spin
+            assert vq(tmp_path).stats().in_flight == 2
+            threading.Timer(0.2, got[0].ack).start()  # an ack from another thread
+            conn.drain_events(timeout=10)
+            assert [m.payload for m in got] == [0, 1, 2]

@@ -34,6 +34,8 @@ log = logging.getLogger("vsqs.kombu")
 DEFAULT_VISIBILITY_TIMEOUT = 1800.0
 #: Seconds one ``_get`` long-polls an empty queue (below Celery's 2 s drain timeout).
 DEFAULT_WAIT = 1.0
+#: Seconds a channel whose prefetch slots are all taken waits for an ack at most.
+FULL_PAUSE = 0.5
 _QUEUE_SETTINGS = ("max_receives", "dead_letter")
 
 
@@ -121,6 +123,7 @@ class Channel(virtual.Channel):
         super().__init__(connection, **kwargs)
         self._held = Held(connection.options.visibility_timeout)
         self._noack_queues: set[str] = set()
+        self._freed = threading.Event()  # set by every ack and reject
 
     def _queue(self, name: str) -> Queue:
         return self.connection.queue(name)
@@ -193,11 +196,23 @@ class Channel(virtual.Channel):
             self._held.settle(message.delivery_tag, delete)
         return message
 
+    def drain_events(self, timeout: float | None = None, callback: Any = None) -> Any:
+        """Poll the queues; with every prefetch slot taken, wait (up to
+        ``FULL_PAUSE``) for an ack or reject instead of spinning: kombu's loop
+        calls again at once."""
+        if self._consumers and not self.qos.can_consume():
+            self._freed.clear()
+            if not self.qos.can_consume():  # no ack came in between
+                self._freed.wait(FULL_PAUSE if timeout is None else min(timeout, FULL_PAUSE))
+            raise Empty()
+        return super().drain_events(timeout=timeout, callback=callback)
+
     def basic_ack(self, delivery_tag: str, multiple: bool = False) -> None:
         try:
             self._held.settle(delivery_tag, delete)
         finally:
             super().basic_ack(delivery_tag)
+            self._freed.set()
 
     def basic_reject(self, delivery_tag: str, requeue: bool = False) -> None:
         try:
@@ -205,6 +220,7 @@ class Channel(virtual.Channel):
                 self._held.settle(delivery_tag, delete)
         finally:
             super().basic_reject(delivery_tag, requeue=requeue)
+            self._freed.set()
 
     def _restore(self, message: Any) -> None:
         if not self._held.settle(message.delivery_tag, release):
