@@ -257,3 +257,16 @@ def test_prefetch_is_what_qos_asks_and_a_full_channel_waits_for_an_ack(tmp_path:
             threading.Timer(0.2, got[0].ack).start()  # an ack from another thread
             conn.drain_events(timeout=10)
             assert [m.payload for m in got] == [0, 1, 2]
+
+
+def test_no_ack_consumers_delete_at_receipt_and_a_bad_eta_is_one_error(tmp_path: Path) -> None:
+    with Connection(url(tmp_path)) as conn:
+        producer = conn.Producer()
+        for i in range(2):
+            producer.publish(i, routing_key="jobs", declare=[Queue("jobs")])
+        drain_one(conn, "jobs", no_ack=True)  # a consumer without acks
+        assert conn.default_channel.basic_get("jobs", no_ack=True).payload == 1
+        stats = vq(tmp_path).stats()
+        assert (stats.ready, stats.in_flight) == (0, 0)
+        with pytest.raises(vsqs.InvalidArgument, match="ISO 8601"):
+            producer.publish("x", routing_key="jobs", headers={"eta": "tomorrow"})

@@ -91,7 +91,10 @@ def eta_delay(headers: dict[str, Any], now: float) -> float:
     eta = headers.get("eta")
     if not eta:
         return 0.0
-    when = datetime.fromisoformat(str(eta))
+    try:
+        when = datetime.fromisoformat(str(eta))
+    except ValueError:
+        raise InvalidArgument(f"eta {eta!r:.60} is not an ISO 8601 time") from None
     if when.tzinfo is None:  # Celery's naive etas are UTC
         when = when.replace(tzinfo=UTC)
     delay = when.timestamp() - now
