@@ -13,6 +13,7 @@ import logging
 import threading
 from collections.abc import Callable
 
+from .. import _forks
 from .._errors import ReceiptExpired, VsqsError
 from .._message import Message
 from .._queue import Queue
@@ -39,9 +40,9 @@ class Held:
 
     def __init__(self, visibility_timeout: float) -> None:
         self.visibility_timeout = visibility_timeout
-        self._lock = threading.Lock()
+        self._lock = _forks.lock()
         self._messages: dict[str, tuple[Queue, Message]] = {}
-        self._stop = threading.Event()
+        self._stop = _forks.event()
         self._thread: threading.Thread | None = None
 
     def add(self, tag: str, queue: Queue, message: Message) -> None:

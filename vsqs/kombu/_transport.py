@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from kombu.transport import virtual
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps, loads
 
+from .. import _forks
 from .._config import MAX_SECONDS, seconds
 from .._errors import InvalidArgument, StorageError, VsqsError
 from .._queue import Queue
@@ -126,7 +126,7 @@ class Channel(virtual.Channel):
         super().__init__(connection, **kwargs)
         self._held = Held(connection.options.visibility_timeout)
         self._noack_queues: set[str] = set()
-        self._freed = threading.Event()  # set by every ack and reject
+        self._freed = _forks.event()  # set by every ack and reject
 
     def _queue(self, name: str) -> Queue:
         return self.connection.queue(name)
@@ -263,7 +263,7 @@ class Transport(virtual.Transport):
         self.options = Options.parse(topts)
         self.root = queue_root(client.hostname)
         self._queues: dict[str, Queue] = {}
-        self._queues_lock = threading.Lock()
+        self._queues_lock = _forks.lock()
         super().__init__(client, **kwargs)
         if "polling_interval" not in topts and self.options.wait == 0:
             self.polling_interval = 1.0
