@@ -27,7 +27,15 @@ from ._errors import (
     UnsupportedStore,
     VsqsError,
 )
-from ._message import DeadLettered, DeleteResult, Message, QueueStats
+from ._message import (
+    DeadLettered,
+    DeleteResult,
+    ExtendResult,
+    Message,
+    QueueStats,
+    ReleaseResult,
+    Settled,
+)
 from ._move import move
 from ._names import FORMAT_VERSION
 from ._outgoing import Outgoing
@@ -45,6 +53,7 @@ __all__ = [
     "ClockSkew",
     "DeadLettered",
     "DeleteResult",
+    "ExtendResult",
     "InvalidArgument",
     "InvalidBody",
     "InvalidQueueName",
@@ -62,6 +71,8 @@ __all__ = [
     "QueuePermissionError",
     "QueueStats",
     "ReceiptExpired",
+    "ReleaseResult",
+    "Settled",
     "StorageError",
     "Store",
     "UnsupportedStore",

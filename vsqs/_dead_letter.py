@@ -30,7 +30,7 @@ import os
 from collections.abc import Callable
 from contextlib import suppress
 from datetime import UTC, datetime
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from . import _meter as meter
 from . import _names as names
@@ -47,7 +47,7 @@ from ._message import DeadLettered, read_record
 from ._publish import publish
 from .stores._base import Store
 from .stores._location import is_sibling_name, without_credentials
-from .stores._registry import check_location, same_location
+from .stores._registry import check_location, open_store, same_location
 
 log = logging.getLogger("vsqs")
 
@@ -190,6 +190,21 @@ def dead_letter_location(target: str | None, store: Store) -> Store | str | None
     if target is None or not is_sibling_name(target):
         return target
     return store.sibling(target)
+
+
+def dead_letter_url(
+    target: str | None, store: Store, storage_options: dict[str, Any] | None
+) -> str | None:
+    """The url of a config's ``dead_letter`` (:func:`dead_letter_location`),
+    ``None`` without one. A store made to name it is closed at once."""
+    location = dead_letter_location(target, store)
+    if location is None:
+        return None
+    named = location if isinstance(location, Store) else open_store(location, storage_options)
+    try:
+        return named.url
+    finally:
+        named.close()  # made here only to be named: nothing of it is kept
 
 
 def check_target(target: str | None, own_url: str, *, given: bool) -> None:

@@ -332,22 +332,51 @@ class QueueStats:
         return asdict(self)
 
 
-@dataclass(frozen=True)
-class DeleteResult:
-    """What :meth:`vsqs.Queue.delete_batch` did, receipt by receipt, in the
-    order given (SQS's ``DeleteMessageBatch`` result).
+class Settled:
+    """What a batch of settlements did, receipt by receipt, in the order
+    given: ``stale``, receipts no longer current (the message was deleted,
+    or received again after its visibility timeout), nothing changed;
+    ``failed``, the storage call failed, with its error: the outcome is
+    unknown and the call can be retried with the same receipt."""
 
-    ``deleted``: acknowledged for good. ``stale``: no longer current (the
-    message was deleted, or received again after its visibility timeout);
-    nothing changed. ``failed``: the storage call failed, with its error; the
-    outcome is unknown and an ack can be retried with the same receipt.
-    """
-
-    deleted: list[str]
     stale: list[str]
     failed: dict[str, StorageError]
 
     @property
     def ok(self) -> bool:
-        """Whether every receipt was deleted."""
+        """Whether every receipt was settled."""
         return not (self.stale or self.failed)
+
+
+@dataclass(frozen=True)
+class DeleteResult(Settled):
+    """What :meth:`vsqs.Queue.delete_batch` did (SQS's ``DeleteMessageBatch``
+    result): ``deleted``, acknowledged for good; ``stale`` and ``failed`` as
+    in :class:`Settled` (an ack can be retried with the same receipt)."""
+
+    deleted: list[str]
+    stale: list[str]
+    failed: dict[str, StorageError]
+
+
+@dataclass(frozen=True)
+class ExtendResult(Settled):
+    """What :meth:`vsqs.Queue.extend_batch` did (SQS's
+    ``ChangeMessageVisibilityBatch``): ``extended``, each message extended,
+    with its new receipt (a ``Message`` given is the one updated in place);
+    ``stale`` and ``failed`` as in :class:`Settled`."""
+
+    extended: list[Message]
+    stale: list[str]
+    failed: dict[str, StorageError]
+
+
+@dataclass(frozen=True)
+class ReleaseResult(Settled):
+    """What :meth:`vsqs.Queue.release_batch` did: ``released``, the receipts
+    made visible again (after the delay); ``stale`` and ``failed`` as in
+    :class:`Settled`."""
+
+    released: list[str]
+    stale: list[str]
+    failed: dict[str, StorageError]

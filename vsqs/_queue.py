@@ -28,11 +28,20 @@ from ._config import (
     requested,
     seconds,
 )
-from ._dead_letter import DeadLetters, check_target, dead_letter_location
+from ._dead_letter import DeadLetters, check_target, dead_letter_location, dead_letter_url
 from ._dedup import Deduplicator
 from ._envelope import check_key, group_token
 from ._errors import QueueClosed
-from ._message import Body, DeleteResult, Message, Progress, QueueStats, hold
+from ._message import (
+    Body,
+    DeleteResult,
+    ExtendResult,
+    Message,
+    Progress,
+    QueueStats,
+    ReleaseResult,
+    hold,
+)
 from ._options import ConsumeOptions
 from ._outgoing import Outgoing, Prepared, prepare
 from ._publish import Publisher
@@ -55,18 +64,16 @@ class Queue:
       consumer; with several consumers, receives are spread over the head of
       the queue.
 
-    A ``Queue`` is thread-safe and may be shared by threads of one process;
-    a process forked while they use it gets a working copy (no lock a thread
-    of the parent held stays held; docs/guarantees.md, "After fork").
+    A ``Queue`` is thread-safe; a process forked while threads use it gets a
+    working copy (no lock of the parent stays held; docs/guarantees.md).
 
     ``visibility_timeout``, ``max_receives``, ``dead_letter``, ``retry_delay``,
     ``max_retry_delay``, ``max_message_size``, ``dedup_window``,
     ``content_dedup`` and ``dead_letter_blocks_group`` are the queue's
     settings, written into its config when this call creates it and checked
-    against it otherwise; the others are
-    this client's. What is left out comes from the queue's config, then
-    ``VSQS_*`` environment variables, then built-in values
-    (docs/settings.md). No file is read but the queue's own.
+    against it otherwise; the others are this client's. What is left out
+    comes from the queue's config, then ``VSQS_*`` environment variables,
+    then built-in values (docs/settings.md). No file is read but the queue's.
 
     ``max_message_size`` (bytes): a larger send raises :class:`MessageTooLarge`;
     a larger message is never read. ``max_poll_interval``: on object stores, how
@@ -100,24 +107,20 @@ class Queue:
         self._storage_options = storage_options
         self._unsafe_claims = bool(unsafe_claims)
         self.url = self._store.url
-        if durable is None:
-            durable = env_flag(ENV_DURABLE, True)
+        durable = env_flag(ENV_DURABLE, True) if durable is None else durable
         self.durable = bool(durable) and self._store.durable
         self._clock = self._store.ms_clock(clock)
-        if new_grace is None:
-            new_grace = inspect.default_new_grace()
+        new_grace = inspect.default_new_grace() if new_grace is None else new_grace
         self._new_grace_ms = int(seconds(new_grace, "new_grace") * 1000)
-        if max_poll_interval is None:
-            max_poll_interval = env_seconds(ENV_MAX_POLL_INTERVAL, DEFAULT_MAX_POLL_INTERVAL)
+        poll = max_poll_interval
+        poll = (
+            env_seconds(ENV_MAX_POLL_INTERVAL, DEFAULT_MAX_POLL_INTERVAL) if poll is None else poll
+        )
         self._dead_letters = DeadLetters(
             self._store, self._open_dead_letter, lambda: self.config.dead_letter_blocks_group
         )
-        self._receiver = Receiver(
-            self._store,
-            self._clock,
-            self._new_grace_ms,
-            seconds(max_poll_interval, "max_poll_interval"),
-        )
+        poll = seconds(poll, "max_poll_interval")
+        self._receiver = Receiver(self._store, self._clock, self._new_grace_ms, poll)
         self._dedup = Deduplicator(self._store, self._clock, self.durable, lambda: self.config)
         self._publisher = Publisher(
             self._store, self._clock, self.durable, self._receiver.sent, self._dedup.send
@@ -137,13 +140,9 @@ class Queue:
         try:
             check_target(dead_letter, self.url, given=True)  # before anything is created
             self.config = admin.open_config(
-                self._store,
-                self._clock,
-                create=create,
-                durable=self.durable,
-                unsafe_claims=self._unsafe_claims,
-                requested=settings,
-            )
+                self._store, self._clock, create=create, durable=self.durable,
+                unsafe_claims=self._unsafe_claims, requested=settings,
+            )  # fmt: skip
             check_target(self.config.dead_letter, self.url, given=False)  # another client's
             if self.config.dead_letter_blocks_group:
                 self._receiver.unblock = self._dead_letters.unblock
@@ -179,16 +178,7 @@ class Queue:
     def dead_letter_url(self) -> str | None:
         """The location of this queue's dead-letter queue (as its ``url`` would
         read), ``None`` without one. Nothing is opened or created."""
-        location = dead_letter_location(self.config.dead_letter, self._store)
-        if location is None:
-            return None
-        store = (
-            location if isinstance(location, Store) else open_store(location, self._storage_options)
-        )
-        try:
-            return store.url
-        finally:
-            store.close()  # made here only to be named: nothing of it is kept
+        return dead_letter_url(self.config.dead_letter, self._store, self._storage_options)
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -396,6 +386,23 @@ class Queue:
         self._check_open()
         self._settler.release(msg_or_receipt, delay=delay)
 
+    def extend_batch(
+        self, msgs_or_receipts: Iterable[Message | str], visibility_timeout: float
+    ) -> ExtendResult:
+        """:meth:`extend` several received messages (SQS's
+        ``ChangeMessageVisibilityBatch``); say which were extended (with their
+        new receipts), stale or failed, as :meth:`delete_batch` does."""
+        self._check_open()
+        size = self.config.max_message_size
+        return self._settler.extend_batch(msgs_or_receipts, visibility_timeout, size)
+
+    def release_batch(
+        self, msgs_or_receipts: Iterable[Message | str], *, delay: float = 0
+    ) -> ReleaseResult:
+        """:meth:`release` several messages: which were released, stale or failed."""
+        self._check_open()
+        return self._settler.release_batch(msgs_or_receipts, delay=delay)
+
     # ----------------------------------------------------------- inspection
     def peek(self, max_messages: int = 10) -> list[Message]:
         """Up to ``max_messages`` visible messages, oldest first, without receiving them.
@@ -484,15 +491,9 @@ class Queue:
         """
         self._check_open()
         options = ConsumeOptions(
-            visibility_timeout,
-            max_messages,
-            idle_timeout,
-            stop,
-            retry_delay,
-            max_retry_delay,
-            jitter,
-            concurrency,
-        )
+            visibility_timeout, max_messages, idle_timeout, stop,
+            retry_delay, max_retry_delay, jitter, concurrency,
+        )  # fmt: skip
         return crew.consume(self, handler, options.resolve(self.config))
 
 

@@ -7,9 +7,9 @@ receipt current, or changes nothing and raises :class:`ReceiptExpired`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from . import _meter as meter
 from . import _names as names
@@ -18,8 +18,11 @@ from ._dead_letter import remove_records
 from ._envelope import read_limit
 from ._errors import InvalidArgument, ReceiptExpired, StorageError, storage_errors
 from ._fanout import fan_out
-from ._message import DeleteResult, Message, Owner, hold
+from ._message import DeleteResult, ExtendResult, Message, Owner, ReleaseResult, hold
 from .stores._base import Store
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 class Tracker(Protocol):
@@ -49,23 +52,60 @@ class Settler:
         """See :meth:`vsqs.Queue.delete_batch`."""
         started = meter.observer.clock()
         targets = [self._ack_target(item) for item in msgs_or_receipts]
-        deleted: list[str] = []
+        done, stale, failed = self._batch(self._ack, targets, [t[0] for t in targets])
+        meter.observer.operation(self._owner.url, "delete_batch", started)
+        return DeleteResult([receipt for receipt, _ in done], stale, failed)
+
+    def extend_batch(
+        self, msgs_or_receipts: Iterable[Message | str], visibility_timeout: float, max_size: int
+    ) -> ExtendResult:
+        """See :meth:`vsqs.Queue.extend_batch`."""
+        seconds(visibility_timeout, "visibility_timeout")
+        items = list(msgs_or_receipts)
+        receipts = [self._receipt_of(item) for item in items]  # each checked first
+        done, stale, failed = self._batch(
+            lambda item: self.extend(item, visibility_timeout, max_size), items, receipts
+        )
+        return ExtendResult([message for _, message in done], stale, failed)
+
+    def release_batch(
+        self, msgs_or_receipts: Iterable[Message | str], *, delay: float = 0
+    ) -> ReleaseResult:
+        """See :meth:`vsqs.Queue.release_batch`."""
+        seconds(delay, "delay")
+        items = list(msgs_or_receipts)
+        receipts = [self._receipt_of(item) for item in items]
+        done, stale, failed = self._batch(
+            lambda item: self.release(item, delay=delay), items, receipts
+        )
+        return ReleaseResult([receipt for receipt, _ in done], stale, failed)
+
+    def _batch(
+        self, settle: Callable[[T], R], items: list[T], receipts: list[str]
+    ) -> tuple[list[tuple[str, R]], list[str], dict[str, StorageError]]:
+        """Run ``settle`` on every item, side by side where the store's
+        requests are; sort the outcomes by receipt: done (with the result),
+        stale, failed. Any other error is raised."""
+        done: list[tuple[str, R]] = []
         stale: list[str] = []
         failed: dict[str, StorageError] = {}
-        for (receipt, _), outcome in zip(
-            targets, fan_out(self._ack, targets, self._store.batch_width), strict=True
-        ):
+        outcomes = fan_out(settle, items, self._store.batch_width)
+        for receipt, outcome in zip(receipts, outcomes, strict=True):
             error = outcome.exception()
             if error is None:
-                deleted.append(receipt)
+                done.append((receipt, outcome.result()))
             elif isinstance(error, ReceiptExpired):
                 stale.append(receipt)
             elif isinstance(error, StorageError):
                 failed[receipt] = error
             else:
                 raise error
-        meter.observer.operation(self._owner.url, "delete_batch", started)
-        return DeleteResult(deleted, stale, failed)
+        return done, stale, failed
+
+    def _receipt_of(self, msg_or_receipt: Message | str) -> str:
+        """The receipt of an item of a batch, checked as a single call checks it."""
+        parsed, _ = self._held(msg_or_receipt)
+        return names.receipt_name(parsed)
 
     def extend(
         self,

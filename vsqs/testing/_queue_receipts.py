@@ -90,6 +90,42 @@ class ReceiptTests:
         assert result.ok
         assert q.delete_batch([]) == vsqs.DeleteResult([], [], {})
 
+    def test_extend_batch_and_release_batch_say_what_they_did_receipt_by_receipt(
+        self, q: vsqs.Queue, clock: FakeClock, store: vsqs.Store
+    ) -> None:
+        q.send_batch([b"a", b"b", b"c", b"d"])
+        got = q.receive_batch(4, visibility_timeout=1)
+        assert [m.body for m in got] == [b"a", b"b", b"c", b"d"]
+        got[0].delete()
+        old = [m.receipt or "" for m in got]
+        result = q.extend_batch([got[0], got[1], old[2]], visibility_timeout=60)
+        assert result.stale == [old[0]]
+        assert [m.id for m in result.extended] == [got[1].id, got[2].id]
+        assert result.extended[0] is got[1] and got[1].receipt != old[1]  # updated in place
+        assert (result.failed, result.ok) == ({}, False)
+        clock.advance(30)  # past the old timeout: b and c are extended, d is not
+        other = q.receive(visibility_timeout=600)
+        assert other is not None and other.id == got[3].id
+        released = q.release_batch([got[1], result.extended[1], got[3]])
+        assert released.released == [got[1].receipt, result.extended[1].receipt]
+        assert released.stale == [old[3]] and not released.ok
+        assert sorted(m.body for m in q.receive_batch(10)) == [b"b", b"c"]  # visible at once
+        with pytest.raises(vsqs.InvalidReceipt):
+            q.release_batch([other, "../../etc/passwd"])
+        assert other.receipt is not None and q.extend_batch([other], 5).ok
+        assert q.release_batch([]) == vsqs.ReleaseResult([], [], {})
+
+    def test_release_batch_with_a_delay_keeps_them_hidden_until_it_ends(
+        self, q: vsqs.Queue, clock: FakeClock
+    ) -> None:
+        q.send_batch([b"a", b"b"])
+        got = q.receive_batch(2)
+        assert q.release_batch(got, delay=10).ok
+        assert q.receive() is None
+        clock.advance(10)
+        again = q.receive_batch(2)
+        assert [(m.body, m.receive_count) for m in again] == [(b"a", 2), (b"b", 2)]
+
     # ---------------------------------------------------------------- extend
     def test_extend_gives_a_new_receipt_and_more_time(
         self, q: vsqs.Queue, clock: FakeClock
