@@ -13,6 +13,15 @@ from ._clock import FakeClock
 from ._suite import drop, listing
 
 
+def four_held_one_deleted(q: vsqs.Queue) -> list[vsqs.Message]:
+    """Four messages received for 1 s, in order; the first deleted since."""
+    q.send_batch([b"a", b"b", b"c", b"d"])
+    got = q.receive_batch(4, visibility_timeout=1)
+    assert [m.body for m in got] == [b"a", b"b", b"c", b"d"]
+    got[0].delete()
+    return got
+
+
 class ReceiptTests:
     """What a receipt does: delete, extend and release, and stale receipts."""
 
@@ -57,10 +66,7 @@ class ReceiptTests:
     def test_delete_batch_says_what_it_deleted_and_what_was_stale(
         self, q: vsqs.Queue, clock: FakeClock, store: vsqs.Store
     ) -> None:
-        q.send_batch([b"a", b"b", b"c", b"d"])
-        got = q.receive_batch(4, visibility_timeout=1)
-        assert [m.body for m in got] == [b"a", b"b", b"c", b"d"]
-        got[0].delete()
+        got = four_held_one_deleted(q)
         clock.advance(1)
         again = q.receive(visibility_timeout=30)  # "b" is held by another now
         assert again is not None and again.id == got[1].id
@@ -91,12 +97,9 @@ class ReceiptTests:
         assert q.delete_batch([]) == vsqs.DeleteResult([], [], {})
 
     def test_extend_batch_and_release_batch_say_what_they_did_receipt_by_receipt(
-        self, q: vsqs.Queue, clock: FakeClock, store: vsqs.Store
+        self, q: vsqs.Queue, clock: FakeClock
     ) -> None:
-        q.send_batch([b"a", b"b", b"c", b"d"])
-        got = q.receive_batch(4, visibility_timeout=1)
-        assert [m.body for m in got] == [b"a", b"b", b"c", b"d"]
-        got[0].delete()
+        got = four_held_one_deleted(q)
         old = [m.receipt or "" for m in got]
         result = q.extend_batch([got[0], got[1], old[2]], visibility_timeout=60)
         assert result.stale == [old[0]]
