@@ -138,20 +138,26 @@ class Commands:
 
     def __call__(self, message: Message) -> None:
         """Run the command on ``message``; raise :class:`CommandFailed` unless it exits 0."""
-        try:
-            proc = subprocess.Popen(
-                self._argv,
-                stdin=subprocess.PIPE,
-                env=command_env(message, self._url),
-                process_group=0,  # a Ctrl-C at the terminal is vsqs's to handle
-            )
-        except OSError as exc:
-            self._failed(message, f"could not start {self._argv[0]}: {exc.strerror or exc}")
+        # Started and known as running at once (under the lock), so that no
+        # command starts unseen by kill_all, nor after it: a command left out
+        # would outlive vsqs in its own process group.
         with self._lock:
-            self._running.add(proc)
-            late = self._closing
-        if late:  # started in a thread as the main one killed the others
-            self.kill_all()
+            if self._closing:
+                raise _Abandoned(self._argv[0])
+            try:
+                proc = subprocess.Popen(
+                    self._argv,
+                    stdin=subprocess.PIPE,
+                    env=command_env(message, self._url),
+                    process_group=0,  # a Ctrl-C at the terminal is vsqs's to handle
+                )
+            except OSError as exc:
+                error: OSError | None = exc
+            else:
+                error = None
+                self._running.add(proc)
+        if error is not None:
+            self._failed(message, f"could not start {self._argv[0]}: {error.strerror or error}")
         try:
             proc.communicate(message.body, timeout=self._timeout)
         except subprocess.TimeoutExpired:
