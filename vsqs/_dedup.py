@@ -5,9 +5,9 @@ queue's ``dedup_window``). Its record is named by the id's token (32 hex of
 its SHA-256) and the *slot* of the first send, ``at_ms // W``
 (docs/format.md, "Deduplication records")::
 
-    vsqs-dedup.<token>.<slot>.dedup    the record: the message's id, the first send's
-                            time, and the message itself (to publish it if
-                            its sender died before it did)
+    vsqs-dedup.<token>.<slot>.dedup    the record: the message's id, the first
+                                       send's time, and the message itself (to
+                                       publish it if its sender died before it did)
     vsqs-dedup.<token>.<slot>.sent     created once the message is published
 
 A send at ``t`` (slot ``s``) first reads the record of slot ``s - 1``: one
@@ -216,7 +216,7 @@ class Deduplicator:
         return record.id
 
     def _roll_forward(self, record: Record, sent_name: str, publish: PublishAs) -> bool:
-        """PublishAs the message of a record whose sender died (once: whoever
+        """Publish the message of a record whose sender died (once: whoever
         creates its sent mark), unless a name of it is there (its sender died
         after publishing it); whether this call published it."""
         if not self._create(sent_name, b"") or self._is_there(record.id):
@@ -225,7 +225,7 @@ class Deduplicator:
         return True
 
     def collect(self, listed: list[str], publish: PublishAs) -> list[str]:
-        """PublishAs the messages of records left unsent past the fence, and
+        """Publish the messages of records left unsent past the fence, and
         remove the names of slots two windows old; return the names removed
         and the ids published (``gc()``)."""
         now, window_ms = self._clock.now_ms(), self._window_ms()
