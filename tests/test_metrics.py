@@ -132,6 +132,34 @@ def test_queues_opened_before_count_once_each_and_disable_stops_it(tmp_path: Pat
         assert len(sent) == 2
 
 
+def test_an_operation_under_way_when_metrics_are_enabled_is_not_timed_from_zero(
+    tmp_path: Path,
+) -> None:
+    """Before: its start was read from the no-op observer (0.0) and its end
+    reported to the new one, which recorded the machine's uptime as its
+    duration. Metrics are enabled here from inside a receive's listing."""
+    fresh = CollectorRegistry()
+    store = vsqs.LocalStore(str(tmp_path / "q"))
+    plain = store.list
+
+    def enabling(*, prefix: str = "", settle: bool = False) -> list[str]:
+        vsqs.metrics.enable_prometheus(fresh)
+        return list(plain(prefix=prefix, settle=settle))
+
+    store.list = enabling  # type: ignore[method-assign]
+    try:
+        with vsqs.Queue(store) as q:
+            assert q.receive() is None
+            q.send(b"timed")
+    finally:
+        vsqs.metrics.disable()
+    got = scrape(fresh)
+    timed = "vsqs_operation_duration_seconds"
+    assert value(got, f"{timed}_count", queue=q.url, operation="receive") == 0  # begun before
+    assert value(got, f"{timed}_count", queue=q.url, operation="send") == 1
+    assert value(got, f"{timed}_sum", queue=q.url, operation="send") < 60
+
+
 def test_enabling_on_another_registry_moves_the_counting_there(tmp_path: Path) -> None:
     first, second = CollectorRegistry(), CollectorRegistry()
     with vsqs.Queue(tmp_path / "q") as q:

@@ -271,9 +271,10 @@ class Publisher:
         delay_ms: int,
     ) -> list[str]:
         """``send(items, delay_ms)``, reported to the meter as ``operation``."""
-        started = meter.observer.clock()
+        observer = meter.observer  # one for both calls: metrics may be enabled meanwhile
+        started = observer.clock()
         sent = send(items, delay_ms)
-        meter.observer.sent(self._store.url, operation, len(sent), started)
+        observer.sent(self._store.url, operation, len(sent), started)
         return sent
 
     def _send_each(self, items: list[Prepared], delay_ms: int) -> list[str]:

@@ -100,9 +100,10 @@ class Receiver(Claims):
         given back at once, uncounted (:meth:`_give_back`). Raises
         :class:`QueueClosed` once :meth:`close` was called (at once, from a wait).
         """
-        started = meter.observer.clock()
+        observer = meter.observer  # one for both calls: metrics may be enabled meanwhile
+        started = observer.clock()
         got = self._poll(max_messages, vt_ms, wait, stop, max_receives, exhausted, max_size, target)
-        meter.observer.received(self._store.url, len(got), started)
+        observer.received(self._store.url, len(got), started)
         return got
 
     def _poll(

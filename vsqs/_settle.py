@@ -44,16 +44,18 @@ class Settler:
 
     def delete(self, msg_or_receipt: Message | str) -> None:
         """See :meth:`vsqs.Queue.delete`."""
-        started = meter.observer.clock()
+        observer = meter.observer  # one for both calls: metrics may be enabled meanwhile
+        started = observer.clock()
         self._ack(self._ack_target(msg_or_receipt))
-        meter.observer.operation(self._owner.url, "delete", started)
+        observer.operation(self._owner.url, "delete", started)
 
     def delete_batch(self, msgs_or_receipts: Iterable[Message | str]) -> DeleteResult:
         """See :meth:`vsqs.Queue.delete_batch`."""
-        started = meter.observer.clock()
+        observer = meter.observer
+        started = observer.clock()
         targets = [self._ack_target(item) for item in msgs_or_receipts]
         done, stale, failed = self._batch(self._ack, targets, [t[0] for t in targets])
-        meter.observer.operation(self._owner.url, "delete_batch", started)
+        observer.operation(self._owner.url, "delete_batch", started)
         return DeleteResult([receipt for receipt, _ in done], stale, failed)
 
     def extend_batch(
