@@ -174,8 +174,13 @@ def test_an_eta_beyond_the_longest_delay_is_delayed_by_the_longest(tmp_path: Pat
     assert MAX_SECONDS - 3600 < stats.next_visible_in <= MAX_SECONDS + 1
 
 
-def task_headers(task_id: str, retries: int) -> dict[str, Any]:
-    return {"id": task_id, "task": "proj.add", "retries": retries}
+def task_headers(task_id: str, retries: int, replaced: int = 0) -> dict[str, Any]:
+    return {
+        "id": task_id,
+        "task": "proj.add",
+        "retries": retries,
+        "replaced_task_nesting": replaced,
+    }
 
 
 def test_a_task_id_and_its_retry_count_are_the_dedup_id(tmp_path: Path) -> None:
@@ -188,9 +193,11 @@ def test_a_task_id_and_its_retry_count_are_the_dedup_id(tmp_path: Path) -> None:
                 declare=[Queue("jobs")],
                 headers=task_headers("T1", retries),
             )
+        for replaced in (1, 1):  # Task.replace: the same id, one level deeper (before: dropped)
+            producer.publish("r", routing_key="jobs", headers=task_headers("T1", 0, replaced))
         producer.publish("no task", routing_key="jobs")  # not a Celery task: no dedup
         producer.publish("no task", routing_key="jobs")
-    assert vq(tmp_path).stats().ready == 5
+    assert vq(tmp_path).stats().ready == 6
 
 
 def test_fanout_exchanges_and_remote_control_are_refused(tmp_path: Path) -> None:

@@ -109,12 +109,16 @@ def eta_delay(headers: dict[str, Any], now: float) -> float:
 
 
 def task_dedup_id(headers: dict[str, Any]) -> str | None:
-    """Celery's task id and retry count (``<id>:<retries>``), or None for a
-    message that is not a Celery task."""
+    """Celery's task id, retry count and replacement depth
+    (``<id>:<retries>:<replaced>``), or None for a message that is not a
+    Celery task. ``Task.retry`` publishes the next retry count and
+    ``Task.replace`` the next ``replaced_task_nesting``, both under the same
+    task id: each is a message of its own."""
     task_id = headers.get("id")
     if not task_id or not headers.get("task"):
         return None
-    return f"{task_id}:{headers.get('retries') or 0}"
+    replaced = headers.get("replaced_task_nesting") or 0
+    return f"{task_id}:{headers.get('retries') or 0}:{replaced}"
 
 
 class Channel(virtual.Channel):
