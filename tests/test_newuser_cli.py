@@ -166,6 +166,7 @@ def test_move_between_two_object_stores_gives_each_its_own_options(
         ("s3:bucket", "names no queue: a queue URL reads 's3://bucket/queue'"),
         ("GS:/", "names no queue: a queue URL reads 'gs://bucket/queue'"),
         ("file:", "names no queue: a queue URL reads 'file:///path/queue'"),
+        ("file:/", "names no queue: a queue URL reads 'file:///path/queue'"),
         ("memory:", "names no queue: a queue URL reads 'memory://path/queue'"),
         ("s3:/bucket/q", "did you mean 's3://bucket/q'?"),
     ],

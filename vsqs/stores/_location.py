@@ -174,8 +174,9 @@ def _refuse_mistyped_url(path: str, schemes: Container[str]) -> None:
     if fixed is None:
         return
     scheme = path.partition(":")[0].lower()
-    parts = [part for part in fixed.partition("://")[2].split("/") if part]
-    if len(parts) >= (2 if scheme in _BUCKETS else 1) or (scheme == "file" and fixed):
+    # file:tmp/q is fixed to the relative tmp/q: no "://" to split at.
+    parts = [part for part in fixed.split("://")[-1].split("/") if part]
+    if len(parts) >= (2 if scheme in _BUCKETS else 1):
         raise InvalidQueueName(
             f"{path!r:.80} looks like a mistyped URL: did you mean {fixed!r:.80}?"
         )
