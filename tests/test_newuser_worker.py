@@ -6,6 +6,7 @@ delays on an injected clock.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import shutil
 import threading
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import vsqs
+import vsqs.aio
 from vsqs.testing import FakeClock
 
 from .support.cli import DEADLINE
@@ -64,6 +66,38 @@ def test_consume_stops_saying_the_queue_is_gone_when_its_directory_is_removed(
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert not [line for line in said if "redelivered" in line or "release" in line], said
     assert not path.exists()
+
+
+def test_the_asyncio_consume_of_a_removed_queue_releases_nothing_either(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: ``vsqs.aio``'s consume ended with the same error but first
+    tried to release each other message in hand, with a warning each."""
+    path = tmp_path / "q"
+    handled: list[str] = []
+
+    async def main() -> BaseException | None:
+        never = asyncio.Event()
+
+        async def handler(message: vsqs.aio.Message) -> None:
+            handled.append(message.id)
+            if len(handled) < 3:  # the first two stay in hand until consume stops
+                await asyncio.wait_for(never.wait(), DEADLINE)
+            shutil.rmtree(path)  # the third's settle finds the queue gone
+
+        async with vsqs.aio.Queue(path) as q:
+            await q.send_batch([b"a", b"b", b"c"])
+            try:
+                await q.consume(handler, concurrency=3)
+            except vsqs.QueueNotFound as exc:
+                return exc
+        return None
+
+    with caplog.at_level(logging.WARNING, logger="vsqs"):
+        error = asyncio.run(main())
+    assert isinstance(error, vsqs.QueueNotFound) and "is gone" in str(error)
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert not [line for line in said if "release" in line], said
 
 
 def test_the_last_failure_says_no_retry_and_the_dead_lettering_is_a_warning(

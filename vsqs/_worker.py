@@ -78,7 +78,7 @@ class FailureLog:
 
     def __init__(self, queue: WorkerQueue) -> None:
         self._url = queue.url
-        self._queue = weakref.ref(queue)  # the log is kept in a weak map keyed by its queue
+        self._max_receives = queue.config.max_receives  # fixed once the queue is open
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._lock = _forks.lock()
 
@@ -93,8 +93,7 @@ class FailureLog:
             if len(self._seen) > REMEMBERED_FAILURES:
                 self._seen.popitem(last=False)
         then = f"retrying in {delay:.3g} s"
-        queue = self._queue()
-        limit = None if queue is None else queue.config.max_receives
+        limit = self._max_receives
         if limit is not None and message.receive_count >= limit:
             then = (
                 f"not retried: that was its last receive (max_receives {limit}), "
@@ -352,10 +351,13 @@ class Run:
             self.handled += 1
             self.succeeded += ok
 
-    def release_held(self, queue: WorkerQueue) -> int:
-        """Release the messages in hand at once; return how many were released."""
+    def release_held(self, queue: WorkerQueue, exc: BaseException | None = None) -> int:
+        """Release the messages in hand at once; return how many were released.
+        None where ``exc`` says the queue is gone: they went with it."""
         with self._lock:
             held, self._held = [m for m in self._held if not m.settled], []
+        if isinstance(exc, QueueNotFound) and queue_gone(queue.store):
+            return 0
         # one that fails comes back at its expiry anyway
         return len(held) - len(attempt(queue, queue.release, held, "could not release %s"))
 
@@ -407,8 +409,7 @@ def interruptible(queue: WorkerQueue, run: Run) -> Iterator[None]:
         try:
             yield
         except BaseException as exc:
-            gone = isinstance(exc, QueueNotFound) and queue_gone(queue.store)
-            released = 0 if gone else run.release_held(queue)
+            released = run.release_held(queue, exc)
             if not isinstance(exc, Exception):
                 run.stopped(queue, exc, released)
             raise

@@ -368,7 +368,7 @@ class Queue:
         """Release the message in hand (and log the line of an interruption)
         in the queue's threads: done even if this task is cancelled again, as
         ``asyncio.run`` cancels every task once its loop stops."""
-        job = self._executor.submit(run.release_held, queue)
+        job = self._executor.submit(run.release_held, queue, exc)
         if not isinstance(exc, Exception):
             job.add_done_callback(
                 lambda done: run.stopped(queue, exc, 0 if done.exception() else done.result())
