@@ -187,20 +187,42 @@ def test_one_scan_lists_each_queue_once_on_s3(s3_server: Server, dlq_scanned: bo
         dlq = opened("a-dlq")
         a.send_batch([b"x"] * 3)
         scanned = [a, b, dlq] if dlq_scanned else [a, b]
+        scanner = Scanner(scanned)
+        scanner.scan()  # opens the dead-letter queue, once
         registry = CollectorRegistry()
         vsqs.metrics.enable_prometheus(registry)
         try:
-            [first, *_] = Scanner(scanned, options).scan()
+            [first, *_] = scanner.scan()
         finally:
             vsqs.metrics.disable()
     assert first.stats.ready == 3 and first.dead_letter == 0
-    lists = {
-        s.labels["queue"]: s.value
+    requests = [
+        s
         for family in text_string_to_metric_families(generate_latest(registry).decode())
         for s in family.samples
-        if s.name == "vsqs_store_requests_total" and s.labels["operation"] == "list"
-    }
+        if s.name == "vsqs_store_requests_total"
+    ]
+    lists = {s.labels["queue"]: s.value for s in requests if s.labels["operation"] == "list"}
     assert lists == {a.url: 1, b.url: 1, dlq.url: 1}
+    # Before: the dead-letter queue was opened again (a HEAD, a GET) at each scan.
+    assert {s.labels["operation"] for s in requests if s.value} == {"list"}
+
+
+def test_a_queue_that_fails_its_scan_keeps_its_figures_and_the_others_go_on(
+    tmp_path: Path,
+) -> None:
+    """Before: the first queue that failed ended the scan, and every queue
+    kept its old figures for as long as it failed."""
+    with vsqs.Queue(tmp_path / "doomed") as doomed, vsqs.Queue(tmp_path / "live") as live:
+        doomed.send(b"x")
+        scanner = Scanner([doomed, live])
+        scanner.scan()
+        shutil.rmtree(tmp_path / "doomed")
+        live.send(b"y")
+        with pytest.raises(vsqs.VsqsError):
+            scanner.scan()  # one scan (vsqs stats --prometheus): the error
+        figures = {f.url: f.stats.ready for f in scanner.scan(keep_going=True)}
+    assert figures == {doomed.url: 1, live.url: 1}
 
 
 def test_metrics_serve_keeps_the_last_figures_of_a_scan_that_failed(tmp_path: Path) -> None:

@@ -75,42 +75,53 @@ def _depth(stats: QueueStats) -> int:
 
 class Scanner:
     """Scans a fixed set of open queues; :meth:`scan` lists each once, and
-    each dead-letter queue that is not one of them once."""
+    each dead-letter queue that is not one of them once (through its source
+    queue, which opens it once)."""
 
-    def __init__(self, queues: Sequence[Queue], options: dict[str, Any] | None = None) -> None:
-        """``options``: the storage options of a dead-letter queue to open."""
+    def __init__(self, queues: Sequence[Queue]) -> None:
         self.queues = list(queues)
-        self._options = options
+        #: Each queue's dead-letter queue, named once (settings are fixed).
+        self._targets = {queue.url: queue.dead_letter_url for queue in self.queues}
         #: The figures of the latest scan.
         self.figures: list[Figures] = []
         self._lock = _forks.lock()
 
-    def scan(self) -> list[Figures]:
+    def scan(self, *, keep_going: bool = False) -> list[Figures]:
+        """List every queue once; ``keep_going``: a queue whose listing fails
+        keeps the figures of its last scan (logged), and the others go on,
+        else the failure is raised."""
         seen: dict[str, QueueStats] = {}
         for queue in self.queues:
-            seen[queue.url] = _listed(queue)
+            try:
+                seen[queue.url] = self._stats(queue)
+            except VsqsError as exc:
+                if not keep_going:
+                    raise
+                log.error("%s: a scan failed (the last figures stay): %s", queue.url, exc)
+        last = {f.url: f for f in self.latest()}
         figures = []
         for queue in self.queues:
-            target = queue.dead_letter_url
-            depth = None if target is None else self._dead_letter_depth(target, queue, seen)
+            stats = seen.get(queue.url)
+            if stats is None:
+                figures.extend([last[queue.url]] if queue.url in last else [])
+                continue
+            target = self._targets[queue.url]
+            depth = None if target is None else stats.dead_letter
+            if target in seen:
+                depth = _depth(seen[target])
             grouped = queue.config.format >= 3
-            figures.append(Figures(queue.url, seen[queue.url], depth, grouped))
+            figures.append(Figures(queue.url, stats, depth, grouped))
         with self._lock:
             self.figures = figures
         return figures
 
-    def _dead_letter_depth(self, target: str, source: Queue, seen: dict[str, QueueStats]) -> int:
-        """Messages of the dead-letter queue ``target`` of ``source``, listed
-        once a scan (none if it does not exist yet)."""
-        if target not in seen:
-            try:
-                with Queue(
-                    target, storage_options=self._options, create=False, clock=source.clock
-                ) as dlq:
-                    seen[target] = _listed(dlq)
-            except QueueNotFound:  # not created yet: no dead letter so far
-                return 0
-        return _depth(seen[target])
+    def _stats(self, queue: Queue) -> QueueStats:
+        """One listing of ``queue``, and one of its dead-letter queue where
+        that is not scanned itself."""
+        target = self._targets[queue.url]
+        if target is None or target in self._targets:
+            return _listed(queue)
+        return queue.stats()
 
     def latest(self) -> list[Figures]:
         with self._lock:
@@ -170,7 +181,7 @@ def print_prometheus(urls: Sequence[str], *, other_format: bool) -> None:
     client = _prometheus()
     with ExitStack() as stack:
         queues = [stack.enter_context(open_queue(url)) for url in urls]
-        scanner = Scanner(queues, storage_options())
+        scanner = Scanner(queues)
         scanner.scan()
         out(client.generate_latest(registry_of(scanner)))
 
@@ -246,8 +257,8 @@ def serve(targets: tuple[str, ...], port: int, host: str, interval: float) -> No
     client = _prometheus()
     with ExitStack() as stack:
         queues = [stack.enter_context(open_queue(url)) for url in resolve(targets)]
-        scanner = Scanner(queues, storage_options())
-        scanner.scan()
+        scanner = Scanner(queues)
+        scanner.scan()  # a queue that cannot be listed at start is an error
         server, thread = client.start_http_server(port, addr=host, registry=registry_of(scanner))
         try:
             address = f"http://{host}:{server.server_port}/metrics"
@@ -268,10 +279,7 @@ def _rescan(scanner: Scanner, interval: float) -> None:
     while True:
         with interruptible():  # a signal ends the wait: Interrupted
             time.sleep(interval)
-        try:
-            scanner.scan()
-        except VsqsError as exc:
-            log.error("a scan failed (the last figures stay): %s", exc)
+        scanner.scan(keep_going=True)
 
 
 __all__ = ["metrics", "print_prometheus", "prometheus_option"]
