@@ -14,6 +14,7 @@ from tqdm import tqdm
 
 from .._config import MAX_SECONDS
 from .._envelope import check_key
+from .._errors import VsqsError
 from .._message import Progress
 from .._queue import Queue
 from ..stores._location import object_store_options
@@ -261,3 +262,9 @@ def progress_callback(desc: str, step: Progress | None = None) -> Iterator[Progr
 
 
 SECONDS = click.FloatRange(0, MAX_SECONDS)
+
+
+def one_line(exc: BaseException) -> str:
+    """An error's message on one line (named by its type unless it is vsqs's own)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if isinstance(exc, VsqsError) else f"{type(exc).__name__}: {text}"

@@ -21,6 +21,7 @@ from ..stores._location import without_credentials
 from ..stores._registry import list_queues
 from ._common import (
     max_option,
+    one_line,
     open_queue,
     progress_bar,
     progress_callback,
@@ -364,11 +365,6 @@ def _queues_table(rows: list[Row]) -> None:
         else:
             cells = [c.rjust(w) for c, w in zip(counted.pop(0)[1:], widths[1:], strict=True)]
         out_line("  ".join([url.ljust(widths[0]), *cells]).rstrip())
-
-
-def one_line(exc: BaseException) -> str:
-    """An error's message on one line."""
-    return " ".join(str(exc).split())
 
 
 __all__ = ["gc", "purge", "queues", "redrive_command", "stats"]

@@ -18,7 +18,7 @@ import click
 
 from .._errors import VsqsError
 from ._app import main
-from ._common import OWN_RECORDS
+from ._common import OWN_RECORDS, one_line
 from ._interrupt import Interrupted, handling, pending
 from ._report import OutputClosed, current_report
 
@@ -62,7 +62,7 @@ def _ended(exc: BaseException, meta: dict[str, Any]) -> int:
     if isinstance(exc, VsqsError | OSError):
         if meta.get("vsqs.traceback"):
             traceback.print_exc()
-        _error(_one_line(exc), meta)
+        _error(one_line(exc), meta)
         return 1
     if isinstance(exc, click.Abort):
         click.echo("vsqs: aborted", err=True)
@@ -103,11 +103,6 @@ def _silence_stdout() -> None:
 _NO_ARGS_IS_HELP: type[click.UsageError] | tuple[()] = getattr(
     click.exceptions, "NoArgsIsHelpError", ()
 )
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if isinstance(exc, VsqsError) else f"{type(exc).__name__}: {text}"
 
 
 def _env_level() -> str:
