@@ -1,0 +1,353 @@
+"""``vsqs top``: the figures of each queue under a root (--once --json),
+the rates between two scans (an injected clock), sorting, a queue that
+cannot be read, the live view under a pseudo-terminal, and the LIST
+requests of a scan on S3 (docs/monitoring.md, "vsqs top")."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pty
+import select
+import shutil
+import signal
+import struct
+import subprocess
+import termios
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+import vsqs
+import vsqs.metrics
+from vsqs.cli._top import Row, Top, sort_rows
+from vsqs.testing import FakeClock
+
+from .support.cli import DEADLINE, VSQS, exit_status, run, start
+from .support.servers import Server
+
+
+def doc_of(root: Path, *extra: str) -> tuple[dict[str, Any], subprocess.CompletedProcess[str]]:
+    done = run("top", str(root), "--once", "--json", *extra)
+    return json.loads(done.stdout), done
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """Under one root: ``jobs`` (two ready, one in flight, one dead letter
+    in ``jobs-dlq``), ``orders`` (one delayed) and ``idle`` (empty)."""
+    where = tmp_path / "root"
+    with (
+        vsqs.Queue(where / "jobs", max_receives=1, dead_letter="jobs-dlq") as jobs,
+        vsqs.Queue(where / "orders") as orders,
+        vsqs.Queue(where / "idle"),
+    ):
+        jobs.send(b"poison")
+        assert jobs.receive(visibility_timeout=0) is not None  # visible again at once
+        assert jobs.receive() is None  # dead-lettered
+        jobs.send_batch([b"a", b"b", b"c"])
+        assert jobs.receive(visibility_timeout=3600) is not None
+        orders.send(b"later", delay=3600)
+    return where
+
+
+def test_once_json_gives_each_queues_numbers(root: Path) -> None:
+    doc, done = doc_of(root, "--sort", "queue")
+    assert done.returncode == 0, done.stderr
+    assert doc["root"] == str(root)
+    by_name = {Path(row["queue"]).name: row for row in doc["queues"]}
+    assert [Path(row["queue"]).name for row in doc["queues"]] == sorted(by_name)
+    ages = {name: by_name[name].pop("oldest_age") for name in by_name}
+    nothing = {"in_rate": None, "out_rate": None, "error": None}  # one scan: no rates
+    assert by_name == {
+        "jobs": {"queue": str(root / "jobs"), "ready": 2, "in_flight": 1, "delayed": 0}
+        | {"dead_letters": 1}
+        | nothing,
+        "jobs-dlq": {"queue": str(root / "jobs-dlq"), "ready": 1, "in_flight": 0, "delayed": 0}
+        | {"dead_letters": None}
+        | nothing,
+        "orders": {"queue": str(root / "orders"), "ready": 0, "in_flight": 0, "delayed": 1}
+        | {"dead_letters": None}
+        | nothing,
+        "idle": {"queue": str(root / "idle"), "ready": 0, "in_flight": 0, "delayed": 0}
+        | {"dead_letters": None}
+        | nothing,
+    }
+    assert ages["orders"] is None and ages["idle"] is None  # nothing ready
+    assert ages["jobs"] >= 0 and ages["jobs-dlq"] >= 0
+
+
+def test_a_queue_that_cannot_be_read_has_an_error_row(root: Path) -> None:
+    (root / "broken").mkdir()
+    (root / "broken" / "vsqs.json").write_text("{")
+    doc, done = doc_of(root)
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"vsqs: error: 1 of the 5 queues under {root} could not be read (see their rows)\n"
+    )
+    [broken] = [row for row in doc["queues"] if row["queue"] == str(root / "broken")]
+    assert broken.keys() == {"queue", "error"} and "unreadable queue config" in broken["error"]
+    assert doc["queues"][-1] == broken  # errors last
+    ready = [row["ready"] for row in doc["queues"][:-1]]  # the others, by ready (the default)
+    assert ready == [2, 1, 0, 0]
+    table = run("top", str(root), "--once", env={"COLUMNS": "200"})
+    assert table.returncode == 1
+    assert "error: " in table.stdout and "unreadable queue config" in table.stdout
+    assert "jobs-dlq" in table.stdout and "DEAD LETTERS" in table.stdout
+
+
+def test_without_a_terminal_it_needs_once_or_json(root: Path) -> None:
+    done = run("top", str(root))
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("vsqs top: error: stdout is not a terminal")
+    assert len(done.stderr.splitlines()) == 1
+
+
+def test_a_root_without_queues_is_an_error(tmp_path: Path) -> None:
+    done = run("top", str(tmp_path), "--once")
+    assert done.returncode == 1 and done.stderr == f"vsqs: error: no queue at or under {tmp_path}\n"
+
+
+# ----------------------------------------------------------- scans in process
+@pytest.fixture
+def fake() -> FakeClock:
+    """One clock for the queues (unix seconds) and for the scans (their gaps)."""
+    return FakeClock()
+
+
+def opener(clock: FakeClock) -> Callable[[str], vsqs.Queue]:
+    return lambda url: vsqs.Queue(url, create=False, clock=clock)
+
+
+@pytest.fixture
+def watched(tmp_path: Path, fake: FakeClock) -> Iterator[tuple[Top, vsqs.Queue, vsqs.Queue]]:
+    """A queue with a dead-letter queue (each in the table), both on ``fake``."""
+    with ExitStack() as stack:
+        jobs = stack.enter_context(
+            vsqs.Queue(tmp_path / "jobs", clock=fake, max_receives=1, dead_letter="dlq")
+        )
+        dlq = stack.enter_context(vsqs.Queue(tmp_path / "dlq", clock=fake))
+        top = Top([jobs.url, dlq.url], opener(fake), clock=fake)
+        stack.callback(top.close)
+        yield top, jobs, dlq
+
+
+def test_rates_are_messages_in_and_out_per_second_between_two_scans(
+    watched: tuple[Top, vsqs.Queue, vsqs.Queue], fake: FakeClock
+) -> None:
+    top, jobs, dlq = watched
+    jobs.send_batch([b"old"] * 4)
+    first = {row.queue: row for row in top.scan()}
+    assert first[jobs.url].ready == 4
+    assert (first[jobs.url].in_rate, first[jobs.url].out_rate) == (None, None)
+    jobs.send_batch([b"new"] * 6)  # in: 6
+    for message in jobs.receive_batch(2):  # out: 2 (deleted)
+        jobs.delete(message)
+    assert jobs.receive(visibility_timeout=0) is not None  # the third, visible again at once
+    held = jobs.receive(visibility_timeout=60)  # dead-letters the third (out), holds the fourth
+    assert held is not None and held.body == b"old"  # in flight: neither in nor out
+    assert dlq.stats().ready == 1
+    fake.advance(2.0)
+    second = {row.queue: row for row in top.scan()}
+    row = second[jobs.url]
+    assert (row.ready, row.in_flight) == (6, 1)
+    assert (row.in_rate, row.out_rate) == (6 / 2.0, 3 / 2.0)
+    assert row.dead_letters == 1 == second[dlq.url].ready
+    assert (second[dlq.url].in_rate, second[dlq.url].out_rate) == (1 / 2.0, 0)
+    fake.advance(4.0)  # nothing moved
+    third = {row.queue: row for row in top.scan()}
+    assert (third[jobs.url].in_rate, third[jobs.url].out_rate) == (0, 0)
+
+
+def test_ages_and_delays_follow_the_queues_clock(tmp_path: Path, fake: FakeClock) -> None:
+    with vsqs.Queue(tmp_path / "q", clock=fake) as queue:
+        queue.send(b"first")
+        queue.send(b"later", delay=30)
+        fake.advance(12.5)
+        top = Top([queue.url], opener(fake), clock=fake)
+        try:
+            [row] = top.scan()
+            assert (row.ready, row.delayed, row.oldest_age) == (1, 1, 12.5)
+            fake.advance(30)  # the delay is over: ready, and the first still the oldest
+            [row] = top.scan()
+            assert (row.ready, row.delayed, row.oldest_age) == (2, 0, 42.5)
+            assert row.dead_letters is None  # no dead-letter queue
+        finally:
+            top.close()
+
+
+def test_a_dead_letter_queue_outside_the_table_is_listed_for_its_depth(
+    tmp_path: Path, fake: FakeClock
+) -> None:
+    """0 while it does not exist yet (it is created at its first dead letter)."""
+    with vsqs.Queue(tmp_path / "jobs", clock=fake, max_receives=1, dead_letter="dlq") as jobs:
+        top = Top([jobs.url], opener(fake), clock=fake)
+        try:
+            [row] = top.scan()
+            assert row.dead_letters == 0 and not (tmp_path / "dlq").exists()
+            jobs.send(b"poison")
+            assert jobs.receive(visibility_timeout=0) is not None
+            assert jobs.receive() is None  # dead-lettered
+            [row] = top.scan()
+            assert (row.ready, row.dead_letters) == (0, 1)
+        finally:
+            top.close()
+
+
+def test_a_queue_that_fails_its_scan_gets_an_error_row_and_the_others_go_on(
+    tmp_path: Path, fake: FakeClock
+) -> None:
+    with vsqs.Queue(tmp_path / "doomed") as doomed, vsqs.Queue(tmp_path / "live") as live:
+        top = Top([doomed.url, live.url], opener(fake), clock=fake)
+        try:
+            top.scan()
+            shutil.rmtree(tmp_path / "doomed")
+            live.send(b"y")
+            fake.advance(1)
+            gone, alive = top.scan()
+        finally:
+            top.close()
+    assert gone.queue == doomed.url and gone.error and gone.ready is None
+    assert (alive.ready, alive.in_rate, alive.error) == (1, 1.0, None)
+
+
+def test_sorting_puts_the_largest_first_then_the_unknown_then_errors() -> None:
+    table = [
+        Row("b", ready=1, in_rate=None),
+        Row("broken", error="bad"),
+        Row("a", ready=1, in_rate=2.0),
+        Row("c", ready=5, in_rate=0.5),
+        Row("aa", error="worse"),
+    ]
+
+    def order(column: str) -> list[str]:
+        return [row.queue for row in sort_rows(table, column)]
+
+    assert order("ready") == ["c", "a", "b", "aa", "broken"]  # ties by name
+    assert order("in_rate") == ["a", "c", "b", "aa", "broken"]
+    assert order("queue") == ["a", "b", "c", "aa", "broken"]
+
+
+# --------------------------------------------------------------- the live view
+class Terminal:
+    """A pseudo-terminal of 40 rows and 160 columns: what a command writes
+    to it, read until something shows."""
+
+    def __init__(self) -> None:
+        self.master, self.slave = pty.openpty()
+        fcntl.ioctl(self.slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
+        self.seen = b""
+
+    def read_until(self, shown: Callable[[bytes], bool], proc: subprocess.Popen[bytes]) -> None:
+        """Read until ``shown(all read so far)`` holds (a generous deadline)."""
+        give_up = time.monotonic() + DEADLINE
+        while not shown(self.seen):
+            assert time.monotonic() < give_up, f"not shown within {DEADLINE} s: {self.seen!r}"
+            assert proc.poll() is None, f"exited ({proc.returncode}): {self.seen!r}"
+            if select.select([self.master], [], [], 0.1)[0]:
+                self.seen += os.read(self.master, 65536)
+
+    def drain(self) -> None:
+        """What is left to read once the command has exited."""
+        while select.select([self.master], [], [], 0)[0]:
+            try:
+                data = os.read(self.master, 65536)
+            except OSError:  # EIO: no writer left
+                return
+            if not data:
+                return
+            self.seen += data
+
+    def close(self) -> None:
+        os.close(self.master)
+        os.close(self.slave)
+
+
+@pytest.mark.parametrize("key", [b"q", b"\x03"], ids=["q", "ctrl-c"])
+def test_the_live_view_draws_the_table_and_quits_on_a_key(root: Path, key: bytes) -> None:
+    """Under a terminal: the table on the alternate screen, redrawn; q or
+    Ctrl-C (a key there) ends it with exit 0 and the terminal as it was."""
+    term = Terminal()
+    try:
+        before = termios.tcgetattr(term.slave)
+        assert VSQS is not None
+        proc = subprocess.Popen(
+            [VSQS, "top", str(root), "--interval", "0.1"],
+            stdin=term.slave,
+            stdout=term.slave,
+            stderr=term.slave,
+            start_new_session=True,
+            env={**os.environ, "TERM": "xterm-256color"},
+        )
+        try:
+            term.read_until(lambda seen: b"jobs-dlq" in seen and b"DEAD LETTERS" in seen, proc)
+            during = termios.tcgetattr(term.slave)
+            assert not during[3] & (termios.ECHO | termios.ICANON | termios.ISIG)
+            term.read_until(lambda seen: seen.count(b"sorted by ready") >= 2, proc)  # redrawn
+            os.write(term.master, key)
+            assert proc.wait(timeout=DEADLINE) == 0
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        term.drain()
+        assert termios.tcgetattr(term.slave) == before
+        assert term.seen.rstrip().endswith(b"\x1b[?1049l")  # left the alternate screen
+        assert b"\x1b[?1049h" in term.seen and b"Traceback" not in term.seen
+    finally:
+        term.close()
+
+
+def test_json_lines_give_a_scan_a_line_until_a_signal(root: Path) -> None:
+    proc = start("top", str(root), "--json", "--interval", "0.1", stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    first, second = (json.loads(proc.stdout.readline()) for _ in range(2))
+    jobs = str(root / "jobs")
+    [rates_first] = [(r["in_rate"], r["out_rate"]) for r in first["queues"] if r["queue"] == jobs]
+    [rates_second] = [(r["in_rate"], r["out_rate"]) for r in second["queues"] if r["queue"] == jobs]
+    assert rates_first == (None, None) and rates_second == (0, 0)  # nothing moved between
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=DEADLINE)
+    assert proc.returncode == exit_status(signal.SIGINT)
+
+
+# ----------------------------------------------------------------------- S3
+@pytest.mark.parametrize("dlq_shown", [False, True])
+def test_one_scan_lists_each_queue_once_on_s3(s3_server: Server, dlq_shown: bool) -> None:
+    """One LIST request per queue per scan (a page holds 1 000 names),
+    dead-letter queue included, whether it is in the table or not; the
+    queues are opened at the first scan only."""
+    root = f"{s3_server.root}/{uuid.uuid4().hex[:8]}"
+    options = s3_server.storage_options
+    with ExitStack() as stack:
+        a = stack.enter_context(
+            vsqs.Queue(f"{root}/a", storage_options=options, max_receives=3, dead_letter="a-dlq")
+        )
+        b = stack.enter_context(vsqs.Queue(f"{root}/b", storage_options=options))
+        dlq = stack.enter_context(vsqs.Queue(f"{root}/a-dlq", storage_options=options))
+        a.send_batch([b"x"] * 3)
+        shown = [a.url, b.url, dlq.url] if dlq_shown else [a.url, b.url]
+        top = Top(shown, lambda url: vsqs.Queue(url, storage_options=options, create=False))
+        stack.callback(top.close)
+        top.scan()  # opens each queue, once
+        registry = CollectorRegistry()
+        vsqs.metrics.enable_prometheus(registry)
+        try:
+            first, *_ = top.scan()
+        finally:
+            vsqs.metrics.disable()
+    assert (first.queue, first.ready, first.dead_letters) == (a.url, 3, 0)
+    made: Counter[tuple[str, str]] = Counter()  # (queue, operation): requests
+    for metric in registry.collect():
+        for sample in metric.samples:
+            if sample.name == "vsqs_store_requests_total" and sample.value:
+                made[sample.labels["queue"], sample.labels["operation"]] += int(sample.value)
+    assert made == {(a.url, "list"): 1, (b.url, "list"): 1, (dlq.url, "list"): 1}
