@@ -83,6 +83,8 @@ def test_once_json_gives_each_queues_numbers(root: Path) -> None:
     }
     assert ages["orders"] is None and ages["idle"] is None  # nothing ready
     assert ages["jobs"] >= 0 and ages["jobs-dlq"] >= 0
+    alone, _ = doc_of(root / "jobs")  # a queue stands for itself
+    assert [row["queue"] for row in alone["queues"]] == [str(root / "jobs")]
 
 
 def test_a_queue_that_cannot_be_read_has_an_error_row(root: Path) -> None:
@@ -271,10 +273,17 @@ class Terminal:
         os.close(self.slave)
 
 
-@pytest.mark.parametrize("key", [b"q", b"\x03"], ids=["q", "ctrl-c"])
-def test_the_live_view_draws_the_table_and_quits_on_a_key(root: Path, key: bytes) -> None:
+@pytest.mark.parametrize(
+    ("end", "status"),
+    [(b"q", 0), (b"\x03", 0), (signal.SIGTERM, 143)],
+    ids=["q", "ctrl-c", "sigterm"],
+)
+def test_the_live_view_draws_the_table_and_quits_on_a_key(
+    root: Path, end: bytes | signal.Signals, status: int
+) -> None:
     """Under a terminal: the table on the alternate screen, redrawn; q or
-    Ctrl-C (a key there) ends it with exit 0 and the terminal as it was."""
+    Ctrl-C (a key there) ends it with exit 0, SIGTERM with 143, and the
+    terminal is as it was."""
     term = Terminal()
     try:
         before = termios.tcgetattr(term.slave)
@@ -292,16 +301,21 @@ def test_the_live_view_draws_the_table_and_quits_on_a_key(root: Path, key: bytes
             during = termios.tcgetattr(term.slave)
             assert not during[3] & (termios.ECHO | termios.ICANON | termios.ISIG)
             term.read_until(lambda seen: seen.count(b"sorted by ready") >= 2, proc)  # redrawn
-            os.write(term.master, key)
-            assert proc.wait(timeout=DEADLINE) == 0
+            if isinstance(end, bytes):
+                os.write(term.master, end)
+            else:
+                proc.send_signal(end)
+            assert proc.wait(timeout=DEADLINE) == status
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         term.drain()
         assert termios.tcgetattr(term.slave) == before
-        assert term.seen.rstrip().endswith(b"\x1b[?1049l")  # left the alternate screen
-        assert b"\x1b[?1049h" in term.seen and b"Traceback" not in term.seen
+        leave = b"\x1b[?1049l"  # the alternate screen, left after it was entered
+        entered, left = term.seen.rindex(b"\x1b[?1049h"), term.seen.rindex(leave)
+        assert entered < left and term.seen[left + len(leave) :].strip() == b""
+        assert b"Traceback" not in term.seen
     finally:
         term.close()
 

@@ -23,6 +23,7 @@ from datetime import datetime
 from typing import Any
 
 import click
+from rich.box import HEAVY_HEAD
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
@@ -249,10 +250,11 @@ def _per_second(value: float | None) -> str:
     return "-" if value is None else f"{value:,.1f}"
 
 
-def render(table: Sequence[Row], title: str) -> Table:
+def render(table: Sequence[Row], title: str, *, boxed: bool = True) -> Table:
     """The rows as a rich table: a queue by its name under the root, an error
-    in place of its figures."""
-    grid = Table(title=title, title_justify="left", expand=False)
+    in place of its figures; ``boxed``: with borders (else plain columns, as
+    for a file or a pipe)."""
+    grid = Table(title=title, title_justify="left", box=HEAVY_HEAD if boxed else None)
     grid.add_column("QUEUE", overflow="fold")
     for header in ("READY", "IN FLIGHT", "DELAYED", "OLDEST", "IN/s", "OUT/s", "DEAD LETTERS"):
         grid.add_column(header, justify="right", no_wrap=True)
@@ -398,7 +400,9 @@ def top(root: str, interval: float, sort: str, once: bool, as_json: bool) -> Non
             if as_json:
                 out_line(document(table, shown))
             else:
-                Console().print(render(table, f"vsqs top {shown}  sorted by {sort}"))
+                console = Console()
+                title = f"vsqs top {shown}  sorted by {sort}"
+                console.print(render(table, title, boxed=console.is_terminal))
             _fail_on_errors(table, shown)
         elif as_json:
             _stream(scanned, shown, interval)
