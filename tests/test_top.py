@@ -28,7 +28,7 @@ from prometheus_client import CollectorRegistry
 
 import vsqs
 import vsqs.metrics
-from vsqs.cli._top import Row, Top, sort_rows
+from vsqs.cli._top import Listing, Row, Top, sort_rows
 from vsqs.testing import FakeClock
 
 from .support.cli import DEADLINE, VSQS, exit_status, run, start
@@ -125,6 +125,11 @@ def fake() -> FakeClock:
     return FakeClock()
 
 
+def scanned(top: Top) -> dict[str, dict[str, Any]]:
+    """A scan's rows as ``--json`` gives them, by queue url."""
+    return {row.queue: row.as_dict() for row in top.scan()}
+
+
 def opener(clock: FakeClock) -> Callable[[str], vsqs.Queue]:
     return lambda url: vsqs.Queue(url, create=False, clock=clock)
 
@@ -147,9 +152,9 @@ def test_rates_are_messages_in_and_out_per_second_between_two_scans(
 ) -> None:
     top, jobs, dlq = watched
     jobs.send_batch([b"old"] * 4)
-    first = {row.queue: row for row in top.scan()}
-    assert first[jobs.url].ready == 4
-    assert (first[jobs.url].in_rate, first[jobs.url].out_rate) == (None, None)
+    first = scanned(top)
+    assert first[jobs.url]["ready"] == 4
+    assert (first[jobs.url]["in_rate"], first[jobs.url]["out_rate"]) == (None, None)
     jobs.send_batch([b"new"] * 6)  # in: 6
     for message in jobs.receive_batch(2):  # out: 2 (deleted)
         jobs.delete(message)
@@ -158,15 +163,15 @@ def test_rates_are_messages_in_and_out_per_second_between_two_scans(
     assert held is not None and held.body == b"old"  # in flight: neither in nor out
     assert dlq.stats().ready == 1
     fake.advance(2.0)
-    second = {row.queue: row for row in top.scan()}
+    second = scanned(top)
     row = second[jobs.url]
-    assert (row.ready, row.in_flight) == (6, 1)
-    assert (row.in_rate, row.out_rate) == (6 / 2.0, 3 / 2.0)
-    assert row.dead_letters == 1 == second[dlq.url].ready
-    assert (second[dlq.url].in_rate, second[dlq.url].out_rate) == (1 / 2.0, 0)
+    assert (row["ready"], row["in_flight"]) == (6, 1)
+    assert (row["in_rate"], row["out_rate"]) == (6 / 2.0, 3 / 2.0)
+    assert row["dead_letters"] == 1 == second[dlq.url]["ready"]
+    assert (second[dlq.url]["in_rate"], second[dlq.url]["out_rate"]) == (1 / 2.0, 0)
     fake.advance(4.0)  # nothing moved
-    third = {row.queue: row for row in top.scan()}
-    assert (third[jobs.url].in_rate, third[jobs.url].out_rate) == (0, 0)
+    third = scanned(top)
+    assert (third[jobs.url]["in_rate"], third[jobs.url]["out_rate"]) == (0, 0)
 
 
 def test_ages_and_delays_follow_the_queues_clock(tmp_path: Path, fake: FakeClock) -> None:
@@ -176,12 +181,12 @@ def test_ages_and_delays_follow_the_queues_clock(tmp_path: Path, fake: FakeClock
         fake.advance(12.5)
         top = Top([queue.url], opener(fake), clock=fake)
         try:
-            [row] = top.scan()
-            assert (row.ready, row.delayed, row.oldest_age) == (1, 1, 12.5)
+            [row] = scanned(top).values()
+            assert (row["ready"], row["delayed"], row["oldest_age"]) == (1, 1, 12.5)
             fake.advance(30)  # the delay is over: ready, and the first still the oldest
-            [row] = top.scan()
-            assert (row.ready, row.delayed, row.oldest_age) == (2, 0, 42.5)
-            assert row.dead_letters is None  # no dead-letter queue
+            [row] = scanned(top).values()
+            assert (row["ready"], row["delayed"], row["oldest_age"]) == (2, 0, 42.5)
+            assert row["dead_letters"] is None  # no dead-letter queue
         finally:
             top.close()
 
@@ -193,13 +198,13 @@ def test_a_dead_letter_queue_outside_the_table_is_listed_for_its_depth(
     with vsqs.Queue(tmp_path / "jobs", clock=fake, max_receives=1, dead_letter="dlq") as jobs:
         top = Top([jobs.url], opener(fake), clock=fake)
         try:
-            [row] = top.scan()
-            assert row.dead_letters == 0 and not (tmp_path / "dlq").exists()
+            [row] = scanned(top).values()
+            assert row["dead_letters"] == 0 and not (tmp_path / "dlq").exists()
             jobs.send(b"poison")
             assert jobs.receive(visibility_timeout=0) is not None
             assert jobs.receive() is None  # dead-lettered
-            [row] = top.scan()
-            assert (row.ready, row.dead_letters) == (0, 1)
+            [row] = scanned(top).values()
+            assert (row["ready"], row["dead_letters"]) == (0, 1)
         finally:
             top.close()
 
@@ -214,20 +219,24 @@ def test_a_queue_that_fails_its_scan_gets_an_error_row_and_the_others_go_on(
             shutil.rmtree(tmp_path / "doomed")
             live.send(b"y")
             fake.advance(1)
-            gone, alive = top.scan()
+            gone, alive = scanned(top).values()
         finally:
             top.close()
-    assert gone.queue == doomed.url and gone.error and gone.ready is None
-    assert (alive.ready, alive.in_rate, alive.error) == (1, 1.0, None)
+    assert gone.keys() == {"queue", "error"} and doomed.url in gone["error"]
+    assert (alive["ready"], alive["in_rate"], alive["error"]) == (1, 1.0, None)
+
+
+def listed(ready: int) -> Listing:
+    return Listing(ready, 0, 0, None, frozenset())
 
 
 def test_sorting_puts_the_largest_first_then_the_unknown_then_errors() -> None:
     table = [
-        Row("b", ready=1, in_rate=None),
-        Row("broken", error="bad"),
-        Row("a", ready=1, in_rate=2.0),
-        Row("c", ready=5, in_rate=0.5),
-        Row("aa", error="worse"),
+        Row("b", listed(1)),
+        Row("broken", None, error="bad"),
+        Row("a", listed(1), (2.0, 0.0)),
+        Row("c", listed(5), (0.5, 0.0)),
+        Row("aa", None, error="worse"),
     ]
 
     def order(column: str) -> list[str]:
@@ -355,10 +364,10 @@ def test_one_scan_lists_each_queue_once_on_s3(s3_server: Server, dlq_shown: bool
         registry = CollectorRegistry()
         vsqs.metrics.enable_prometheus(registry)
         try:
-            first, *_ = top.scan()
+            first = scanned(top)[a.url]
         finally:
             vsqs.metrics.disable()
-    assert (first.queue, first.ready, first.dead_letters) == (a.url, 3, 0)
+    assert (first["ready"], first["dead_letters"]) == (3, 0)
     made: Counter[tuple[str, str]] = Counter()  # (queue, operation): requests
     for metric in registry.collect():
         for sample in metric.samples:

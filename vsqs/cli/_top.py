@@ -18,7 +18,7 @@ import termios
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -106,29 +106,39 @@ class Scan:
 
 @dataclass(frozen=True)
 class Row:
-    """One queue's line of the table. ``in_rate`` and ``out_rate``: messages
-    per second, ``None`` without a previous scan of the queue;
-    ``dead_letters``: the depth of its dead-letter queue, ``None`` without
-    one; ``error``: why the queue could not be read (then no figures)."""
+    """One queue's line of the table: its listing (``None`` with an
+    ``error``: why it could not be read); ``rates``: messages in and out per
+    second, ``None`` without a previous scan of the queue; ``dead_letters``:
+    the depth of its dead-letter queue, ``None`` without one."""
 
     queue: str
-    ready: int | None = None
-    in_flight: int | None = None
-    delayed: int | None = None
-    oldest_age: float | None = None
-    in_rate: float | None = None
-    out_rate: float | None = None
+    figures: Listing | None
+    rates: tuple[float, float] | None = None
     dead_letters: int | None = None
     error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """The row for JSON: the numbers, or the error alone."""
-        if self.error is not None:
+        """The row by the names of :data:`COLUMNS` (and ``error``, ``None``),
+        the numbers only; or the queue and its error alone."""
+        if self.figures is None:
             return {"queue": self.queue, "error": self.error}
-        doc = asdict(self)
-        for key in ("oldest_age", "in_rate", "out_rate"):
-            doc[key] = None if doc[key] is None else round(doc[key], 3)
-        return doc
+        in_rate, out_rate = (None, None) if self.rates is None else self.rates
+        found = self.figures
+        return {
+            "queue": self.queue,
+            "ready": found.ready,
+            "in_flight": found.in_flight,
+            "delayed": found.delayed,
+            "oldest_age": _rounded(found.oldest_age),
+            "in_rate": _rounded(in_rate),
+            "out_rate": _rounded(out_rate),
+            "dead_letters": self.dead_letters,
+            "error": None,
+        }
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
 
 
 def rows(
@@ -144,28 +154,17 @@ def rows(
     for url in shown:
         found = scan.listings[url]
         if isinstance(found, VsqsError):
-            table.append(Row(url, error=one_line(found)))
+            table.append(Row(url, None, error=one_line(found)))
             continue
-        in_rate = out_rate = None
+        rates = None
         before = None if previous is None else previous.listings.get(url)
         elapsed = 0.0 if previous is None else scan.at - previous.at
         if isinstance(before, Listing) and elapsed > 0:
-            in_rate = len(found.ids - before.ids) / elapsed
-            out_rate = len(before.ids - found.ids) / elapsed
+            came, went = len(found.ids - before.ids), len(before.ids - found.ids)
+            rates = (came / elapsed, went / elapsed)
         target = dead_letter_of.get(url)
         dead = None if target is None else scan.listings.get(target)
-        table.append(
-            Row(
-                url,
-                found.ready,
-                found.in_flight,
-                found.delayed,
-                found.oldest_age,
-                in_rate,
-                out_rate,
-                dead.depth if isinstance(dead, Listing) else None,
-            )
-        )
+        table.append(Row(url, found, rates, dead.depth if isinstance(dead, Listing) else None))
     return table
 
 
@@ -177,7 +176,7 @@ def sort_rows(table: Sequence[Row], column: str) -> list[Row]:
         return sorted(by_name, key=lambda r: r.error is not None)
 
     def key(row: Row) -> tuple[int, float]:
-        value = getattr(row, column)
+        value = row.as_dict().get(column)
         if row.error is not None:
             return (2, 0.0)
         return (1, 0.0) if value is None else (0, -float(value))
@@ -260,20 +259,14 @@ def render(table: Sequence[Row], title: str, *, boxed: bool = True) -> Table:
         grid.add_column(header, justify="right", no_wrap=True)
     for row in table:
         name = row.queue.rstrip("/").rpartition("/")[2]
+        shown = row.as_dict()
         if row.error is not None:
             grid.add_row(Text(f"{name}\nerror: {row.error}", style="red"))
             continue
-        age = "-" if row.oldest_age is None else f"{row.oldest_age:,.1f} s"
-        grid.add_row(
-            name,
-            _count(row.ready),
-            _count(row.in_flight),
-            _count(row.delayed),
-            age,
-            _per_second(row.in_rate),
-            _per_second(row.out_rate),
-            _count(row.dead_letters),
-        )
+        age = "-" if shown["oldest_age"] is None else f"{shown['oldest_age']:,.1f} s"
+        rates = [_per_second(shown[key]) for key in ("in_rate", "out_rate")]
+        counts = [_count(shown[key]) for key in ("ready", "in_flight", "delayed")]
+        grid.add_row(name, *counts, age, *rates, _count(row.dead_letters))
     return grid
 
 
@@ -348,30 +341,17 @@ def _view(show: Callable[[], Table], interval: float) -> None:
             live.update(show(), refresh=True)
 
 
+EVERY = "Seconds between two scans (default 2)."
+SORT = "The column to sort by (default ready): a queue by name, a figure largest first."
+AS_JSON = "One JSON object per scan, the numbers only (with --once: one, then exit)."
+
+
 @click.command(short_help="A live table of the queues under a root.")
 @click.argument("root")
-@click.option(
-    "--interval",
-    type=click.FloatRange(0.1),
-    metavar="SECONDS",
-    default=2.0,
-    show_default=True,
-    help="Seconds between two scans.",
-)
-@click.option(
-    "--sort",
-    type=click.Choice(COLUMNS),
-    default="ready",
-    show_default=True,
-    help="The column to sort by: a queue by name, a figure largest first.",
-)
+@click.option("--interval", type=click.FloatRange(0.1), default=2.0, metavar="SECONDS", help=EVERY)
+@click.option("--sort", type=click.Choice(COLUMNS), default="ready", help=SORT)
 @click.option("--once", is_flag=True, help="Scan once, print the table (or --json) and exit.")
-@click.option(
-    "--json",
-    "as_json",
-    is_flag=True,
-    help="One JSON object per scan, the numbers only (with --once: one, then exit).",
-)
+@click.option("--json", "as_json", is_flag=True, help=AS_JSON)
 @queue_options
 def top(root: str, interval: float, sort: str, once: bool, as_json: bool) -> None:
     """Show every queue under ROOT (a directory, bucket or prefix; or one
