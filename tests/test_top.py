@@ -14,6 +14,7 @@ import shutil
 import signal
 import struct
 import subprocess
+import sys
 import termios
 import time
 import uuid
@@ -212,18 +213,25 @@ def test_a_dead_letter_queue_outside_the_table_is_listed_for_its_depth(
 def test_a_queue_that_fails_its_scan_gets_an_error_row_and_the_others_go_on(
     tmp_path: Path, fake: FakeClock
 ) -> None:
+    """A queue removed, or not there yet (opened again at each scan, and
+    shown once it can be)."""
+    later = str(tmp_path / "later")
     with vsqs.Queue(tmp_path / "doomed") as doomed, vsqs.Queue(tmp_path / "live") as live:
-        top = Top([doomed.url, live.url], opener(fake), clock=fake)
+        top = Top([doomed.url, live.url, later], opener(fake), clock=fake)
         try:
-            top.scan()
+            *_, missing = scanned(top).values()
+            assert missing.keys() == {"queue", "error"}
             shutil.rmtree(tmp_path / "doomed")
             live.send(b"y")
+            with vsqs.Queue(later, clock=fake) as arrived:
+                arrived.send(b"z")
             fake.advance(1)
-            gone, alive = scanned(top).values()
+            gone, alive, opened = scanned(top).values()
         finally:
             top.close()
     assert gone.keys() == {"queue", "error"} and doomed.url in gone["error"]
     assert (alive["ready"], alive["in_rate"], alive["error"]) == (1, 1.0, None)
+    assert (opened["ready"], opened["in_rate"], opened["error"]) == (1, None, None)
 
 
 def listed(ready: int) -> Listing:
@@ -374,3 +382,10 @@ def test_one_scan_lists_each_queue_once_on_s3(s3_server: Server, dlq_shown: bool
             if sample.name == "vsqs_store_requests_total" and sample.value:
                 made[sample.labels["queue"], sample.labels["operation"]] += int(sample.value)
     assert made == {(a.url, "list"): 1, (b.url, "list"): 1, (dlq.url, "list"): 1}
+
+
+def test_the_other_commands_do_not_import_rich() -> None:
+    """rich is imported when top draws: every other command starts without it."""
+    probe = "import sys, vsqs.cli; print(sorted(m for m in sys.modules if m.startswith('rich')))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert (done.returncode, done.stdout) == (0, "[]\n"), done.stderr

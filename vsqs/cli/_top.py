@@ -20,14 +20,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.box import HEAVY_HEAD
-from rich.console import Console
-from rich.live import Live
-from rich.table import Table
-from rich.text import Text
 
 from .. import _inspect as inspect
 from .._errors import QueueNotFound, VsqsError, storage_errors
@@ -37,6 +32,10 @@ from ._common import one_line, open_queue, queue_options
 from ._interrupt import interruptible
 from ._metrics import resolve
 from ._report import out_line
+
+if TYPE_CHECKING:  # rich is imported when top draws, not by every command
+    from rich.console import Console
+    from rich.table import Table
 
 #: The columns of a row, as ``--sort`` and ``--json`` name them.
 COLUMNS = (
@@ -253,6 +252,10 @@ def render(table: Sequence[Row], title: str, *, boxed: bool = True) -> Table:
     """The rows as a rich table: a queue by its name under the root, an error
     in place of its figures; ``boxed``: with borders (else plain columns, as
     for a file or a pipe)."""
+    from rich.box import HEAVY_HEAD
+    from rich.table import Table
+    from rich.text import Text
+
     grid = Table(title=title, title_justify="left", box=HEAVY_HEAD if boxed else None)
     grid.add_column("QUEUE", overflow="fold")
     for header in ("READY", "IN FLIGHT", "DELAYED", "OLDEST", "IN/s", "OUT/s", "DEAD LETTERS"):
@@ -317,6 +320,13 @@ class Keys:
         return False
 
 
+def _console() -> Console:
+    """rich's console on stdout."""
+    from rich.console import Console
+
+    return Console()
+
+
 def _title(root: str, interval: float, sort: str) -> str:
     clock = datetime.now().astimezone().strftime("%H:%M:%S")
     return f"vsqs top {root}  {clock}  every {interval:g} s  sorted by {sort}  (q quits)"
@@ -325,12 +335,13 @@ def _title(root: str, interval: float, sort: str) -> str:
 def _view(show: Callable[[], Table], interval: float) -> None:
     """The live view: redrawn after each scan, on the terminal's alternate
     screen, until a quit key; the terminal is restored however it ends."""
-    console = Console()
+    from rich.live import Live
+
     with (
         Keys.reading() as keys,
         Live(
             show(),
-            console=console,
+            console=_console(),
             screen=True,
             auto_refresh=False,
             redirect_stdout=False,
@@ -380,7 +391,7 @@ def top(root: str, interval: float, sort: str, once: bool, as_json: bool) -> Non
             if as_json:
                 out_line(document(table, shown))
             else:
-                console = Console()
+                console = _console()
                 title = f"vsqs top {shown}  sorted by {sort}"
                 console.print(render(table, title, boxed=console.is_terminal))
             _fail_on_errors(table, shown)
