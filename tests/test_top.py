@@ -32,7 +32,7 @@ import vsqs.metrics
 from vsqs.cli._top import Listing, Row, Top, sort_rows
 from vsqs.testing import FakeClock
 
-from .support.cli import DEADLINE, VSQS, exit_status, run, start
+from .support.cli import DEADLINE, exit_status, run, start
 from .support.servers import Server
 
 
@@ -110,7 +110,7 @@ def test_a_queue_that_cannot_be_read_has_an_error_row(root: Path) -> None:
 def test_without_a_terminal_it_needs_once_or_json(root: Path) -> None:
     done = run("top", str(root))
     assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.startswith("vsqs top: error: stdout is not a terminal")
+    assert done.stderr.startswith("vsqs top: error: stdout is not a terminal that can redraw")
     assert len(done.stderr.splitlines()) == 1
 
 
@@ -265,6 +265,11 @@ class Terminal:
         fcntl.ioctl(self.slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
         self.seen = b""
 
+    def start(self, *args: str, term: str) -> subprocess.Popen[bytes]:
+        """``vsqs ARGS`` on this terminal (stdin, stdout and stderr), with ``TERM=term``."""
+        tty = {"stdin": self.slave, "stdout": self.slave, "stderr": self.slave}
+        return start(*args, **tty, env={**os.environ, "TERM": term})
+
     def read_until(self, shown: Callable[[bytes], bool], proc: subprocess.Popen[bytes]) -> None:
         """Read until ``shown(all read so far)`` holds (a generous deadline)."""
         give_up = time.monotonic() + DEADLINE
@@ -290,51 +295,51 @@ class Terminal:
         os.close(self.slave)
 
 
+@pytest.fixture
+def term() -> Iterator[Terminal]:
+    terminal = Terminal()
+    yield terminal
+    terminal.close()
+
+
 @pytest.mark.parametrize(
     ("end", "status"),
     [(b"q", 0), (b"\x03", 0), (signal.SIGTERM, 143)],
     ids=["q", "ctrl-c", "sigterm"],
 )
 def test_the_live_view_draws_the_table_and_quits_on_a_key(
-    root: Path, end: bytes | signal.Signals, status: int
+    root: Path, term: Terminal, end: bytes | signal.Signals, status: int
 ) -> None:
     """Under a terminal: the table on the alternate screen, redrawn; q or
     Ctrl-C (a key there) ends it with exit 0, SIGTERM with 143, and the
     terminal is as it was."""
-    term = Terminal()
-    try:
-        before = termios.tcgetattr(term.slave)
-        assert VSQS is not None
-        proc = subprocess.Popen(
-            [VSQS, "top", str(root), "--interval", "0.1"],
-            stdin=term.slave,
-            stdout=term.slave,
-            stderr=term.slave,
-            start_new_session=True,
-            env={**os.environ, "TERM": "xterm-256color"},
-        )
-        try:
-            term.read_until(lambda seen: b"jobs-dlq" in seen and b"DEAD LETTERS" in seen, proc)
-            during = termios.tcgetattr(term.slave)
-            assert not during[3] & (termios.ECHO | termios.ICANON | termios.ISIG)
-            term.read_until(lambda seen: seen.count(b"sorted by ready") >= 2, proc)  # redrawn
-            if isinstance(end, bytes):
-                os.write(term.master, end)
-            else:
-                proc.send_signal(end)
-            assert proc.wait(timeout=DEADLINE) == status
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        term.drain()
-        assert termios.tcgetattr(term.slave) == before
-        leave = b"\x1b[?1049l"  # the alternate screen, left after it was entered
-        entered, left = term.seen.rindex(b"\x1b[?1049h"), term.seen.rindex(leave)
-        assert entered < left and term.seen[left + len(leave) :].strip() == b""
-        assert b"Traceback" not in term.seen
-    finally:
-        term.close()
+    before = termios.tcgetattr(term.slave)
+    proc = term.start("top", str(root), "--interval", "0.1", term="xterm-256color")
+    term.read_until(lambda seen: b"jobs-dlq" in seen and b"DEAD LETTERS" in seen, proc)
+    during = termios.tcgetattr(term.slave)
+    assert not during[3] & (termios.ECHO | termios.ICANON | termios.ISIG)
+    term.read_until(lambda seen: seen.count(b"sorted by ready") >= 2, proc)  # redrawn
+    if isinstance(end, bytes):
+        os.write(term.master, end)
+    else:
+        proc.send_signal(end)
+    assert proc.wait(timeout=DEADLINE) == status
+    term.drain()
+    assert termios.tcgetattr(term.slave) == before
+    leave = b"\x1b[?1049l"  # the alternate screen, left after it was entered
+    entered, left = term.seen.rindex(b"\x1b[?1049h"), term.seen.rindex(leave)
+    assert entered < left and term.seen[left + len(leave) :].strip() == b""
+    assert b"Traceback" not in term.seen
+
+
+def test_a_terminal_that_cannot_redraw_needs_once_or_json(root: Path, term: Terminal) -> None:
+    """TERM=dumb: rich would draw nothing until the end; top says so."""
+    proc = term.start("top", str(root), term="dumb")
+    assert proc.wait(timeout=DEADLINE) == 2
+    term.drain()
+    said = term.seen.decode()
+    assert said.startswith("vsqs top: error: stdout is not a terminal that can redraw")
+    assert "TERM=dumb" in said and len(said.splitlines()) == 1
 
 
 def test_json_lines_give_a_scan_a_line_until_a_signal(root: Path) -> None:

@@ -374,10 +374,14 @@ def top(root: str, interval: float, sort: str, once: bool, as_json: bool) -> Non
     The queues are found at start. A queue that cannot be read has a row
     with its error and the others go on (with --once the exit status is
     then 1). q or Ctrl-C quits (exit 0) and restores the terminal. Without
-    a terminal on stdout, give --once or --json.
+    a terminal on stdout that can redraw (TERM=dumb cannot), give --once
+    or --json.
     """
-    if not (once or as_json or sys.stdout.isatty()):
-        raise click.UsageError("stdout is not a terminal: give --once, or --json for JSON lines")
+    if not (once or as_json or _console().is_interactive):
+        raise click.UsageError(
+            "stdout is not a terminal that can redraw (a file, a pipe, TERM=dumb): "
+            "give --once, or --json for JSON lines"
+        )
     shown = without_credentials(root)
     with ExitStack() as stack:
         scanner = Top(resolve([root]), open_queue)
