@@ -394,3 +394,19 @@ def test_the_other_commands_do_not_import_rich() -> None:
     probe = "import sys, vsqs.cli; print(sorted(m for m in sys.modules if m.startswith('rich')))"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert (done.returncode, done.stdout) == (0, "[]\n"), done.stderr
+
+
+def test_once_json_over_a_bucket_prefix_with_storage_options(s3_server: Server) -> None:
+    """ROOT is a prefix of a bucket; -o gives the store its options."""
+    root = f"{s3_server.root}/{uuid.uuid4().hex[:8]}"
+    options = s3_server.storage_options
+    with vsqs.Queue(f"{root}/jobs", storage_options=options) as jobs:
+        jobs.send_batch([b"x", b"y"])
+        url = jobs.url
+    endpoint = options["client_kwargs"]["endpoint_url"]
+    given = ["-o", f"key={options['key']}", "-o", f"secret={options['secret']}"]
+    given += ["-o", f"client_kwargs.endpoint_url={endpoint}"]
+    done = run("top", root, "--once", "--json", *given)
+    assert done.returncode == 0, done.stderr
+    [row] = json.loads(done.stdout)["queues"]
+    assert (row["queue"], row["ready"], row["in_flight"]) == (url, 2, 0)
