@@ -187,6 +187,7 @@ def test_ages_and_delays_follow_the_queues_clock(tmp_path: Path, fake: FakeClock
             fake.advance(30)  # the delay is over: ready, and the first still the oldest
             [row] = scanned(top).values()
             assert (row["ready"], row["delayed"], row["oldest_age"]) == (2, 0, 42.5)
+            assert (row["in_rate"], row["out_rate"]) == (0, 0)  # the end of a delay moves none
             assert row["dead_letters"] is None  # no dead-letter queue
         finally:
             top.close()
@@ -265,10 +266,11 @@ class Terminal:
         fcntl.ioctl(self.slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
         self.seen = b""
 
-    def start(self, *args: str, term: str) -> subprocess.Popen[bytes]:
-        """``vsqs ARGS`` on this terminal (stdin, stdout and stderr), with ``TERM=term``."""
-        tty = {"stdin": self.slave, "stdout": self.slave, "stderr": self.slave}
-        return start(*args, **tty, env={**os.environ, "TERM": term})
+    def start(self, *args: str, term: str, stdin: int | None = None) -> subprocess.Popen[bytes]:
+        """``vsqs ARGS`` on this terminal (stdout and stderr; stdin too unless
+        given), with ``TERM=term``."""
+        tty = {"stdin": self.slave if stdin is None else stdin, "stdout": self.slave}
+        return start(*args, **tty, stderr=self.slave, env={**os.environ, "TERM": term})
 
     def read_until(self, shown: Callable[[bytes], bool], proc: subprocess.Popen[bytes]) -> None:
         """Read until ``shown(all read so far)`` holds (a generous deadline)."""
@@ -330,6 +332,16 @@ def test_the_live_view_draws_the_table_and_quits_on_a_key(
     entered, left = term.seen.rindex(b"\x1b[?1049h"), term.seen.rindex(leave)
     assert entered < left and term.seen[left + len(leave) :].strip() == b""
     assert b"Traceback" not in term.seen
+
+
+def test_without_a_terminal_on_stdin_ctrl_c_is_a_signal(root: Path, term: Terminal) -> None:
+    """No key can be read: the view runs until a signal, as every command."""
+    proc = term.start("top", str(root), "--interval", "0.1", term="xterm", stdin=subprocess.DEVNULL)
+    term.read_until(lambda seen: seen.count(b"sorted by ready") >= 2, proc)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=DEADLINE) == exit_status(signal.SIGINT)
+    term.drain()
+    assert term.seen.rstrip().endswith(b"\x1b[?1049l")  # the screen restored
 
 
 def test_a_terminal_that_cannot_redraw_needs_once_or_json(root: Path, term: Terminal) -> None:
