@@ -270,7 +270,9 @@ class Terminal:
         """``vsqs ARGS`` on this terminal (stdout and stderr; stdin too unless
         given), with ``TERM=term``."""
         tty = {"stdin": self.slave if stdin is None else stdin, "stdout": self.slave}
-        return start(*args, **tty, stderr=self.slave, env={**os.environ, "TERM": term})
+        # The size is the terminal's: COLUMNS and LINES (set under pytest-xdist) would win.
+        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+        return start(*args, **tty, stderr=self.slave, env={**env, "TERM": term})
 
     def read_until(self, shown: Callable[[bytes], bool], proc: subprocess.Popen[bytes]) -> None:
         """Read until ``shown(all read so far)`` holds (a generous deadline)."""
