@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from importlib.util import find_spec
+from typing import Any
 
 SECRET_KEY = "vsqs-tests-only"
 USE_TZ = True
@@ -16,17 +17,23 @@ INSTALLED_APPS = ["vsqs.django"]
 if find_spec("django.tasks") is None:  # Django 5.2: the backport is an app too
     INSTALLED_APPS.append("django_tasks")
 
-TASKS = {
-    "default": {
-        "BACKEND": "vsqs.django.QueueBackend",
-        "QUEUES": ["default", "urgent"],
-        "OPTIONS": {
-            "url": os.environ.get("VSQS_DJANGO_ROOT", "memory://django-tests"),
-            "storage_options": json.loads(os.environ.get("VSQS_DJANGO_STORAGE", "null")),
-            "visibility_timeout": float(os.environ.get("VSQS_DJANGO_VT", "30")),
-        },
+
+def tasks_setting(root: str, storage: Any = None, vt: float = 30.0) -> dict[str, Any]:
+    """The TASKS setting of a queue root (tests override it with this)."""
+    return {
+        "default": {
+            "BACKEND": "vsqs.django.QueueBackend",
+            "QUEUES": ["default", "urgent"],
+            "OPTIONS": {"url": root, "storage_options": storage, "visibility_timeout": vt},
+        }
     }
-}
+
+
+TASKS = tasks_setting(
+    os.environ.get("VSQS_DJANGO_ROOT", "memory://django-tests"),
+    json.loads(os.environ.get("VSQS_DJANGO_STORAGE", "null")),
+    float(os.environ.get("VSQS_DJANGO_VT", "30")),
+)
 
 LOGGING = {
     "version": 1,

@@ -60,14 +60,13 @@ class TaskRunner:
             close_old_connections()
 
     def _current(self, sent: Record) -> Record:
-        """The task's stored record (its attempts so far), else the one sent."""
+        """The record sent, with the attempts so far of its stored result."""
         stored = self.backend.results.get(sent["id"])
-        if stored is None:
-            return sent
         try:
-            return decode(stored, f"result {sent['id']}")
+            history = decode(stored, f"result {sent['id']}") if stored else sent
         except BadTaskRecord:
-            return sent
+            history = sent
+        return {**sent, **{k: history[k] for k in ("started_at", "worker_ids", "errors")}}
 
     def _run(self, record: Record) -> None:
         task: Task[Any, Any] | None = None
