@@ -253,6 +253,31 @@ def test_collect_results_removes_finished_results_past_the_retention(
             backend.get_result(gone)
 
 
+def test_a_worker_collects_the_results_past_their_retention(tmp_path: Path) -> None:
+    with backend_on(str(tmp_path / "root"), result_retention=0) as backend:
+        done = tasks.record.enqueue("d")
+        run_tasks(backend, 1)
+        waiting = tasks.record.enqueue("w")
+        assert sorted(backend.results.ids()) == sorted([done.id, waiting.id])
+        Worker(backend, ["urgent"], idle_timeout=0).run()  # collects when it starts
+        assert backend.results.ids() == [waiting.id]
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"concurrency": 0}, "concurrency must be a whole number above 0"),
+        ({"max_tasks": 0}, "max_tasks must be a whole number above 0"),
+        ({"idle_timeout": -1}, "idle_timeout must be"),
+    ],
+)
+def test_bad_worker_options_are_one_line_errors(
+    backend: QueueBackend, options: dict[str, int], error: str
+) -> None:
+    with pytest.raises(vsqs.InvalidArgument, match=error):
+        Worker(backend, ["default"], **options)
+
+
 def test_a_local_result_is_replaced_whole(tmp_path: Path) -> None:
     with backend_on(str(tmp_path / "root")) as backend:
         result = tasks.record.enqueue("k")

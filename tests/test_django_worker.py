@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -216,13 +217,42 @@ def test_sigterm_stops_taking_tasks_and_waits_for_the_running_one(project: Proje
     assert project.runs("next") == [] and project.queue().stats().ready == 1
 
 
+def test_a_long_task_is_extended_not_delivered_twice(tmp_path: Path) -> None:
+    p = Project(tmp_path, f"file://{tmp_path / 'root'}", vt=4.0)  # extended every 1.3 s
+    try:
+        with p.backend():
+            result_id = tasks.block.enqueue("long").id
+        p.start("w1")
+        p.start("w2")  # idle: it would take the task if its timeout ran out
+        p.until(lambda: p.runs("long.started"), "the task started")
+        began = time.monotonic()
+        p.until(lambda: time.monotonic() - began > 12, "three timeouts")  # 3 timeouts of 4 s
+        expires = p.queue().stats().in_flight_expires_in
+        assert expires is not None and expires > 0  # still in flight, extended
+        (p.out / "release").touch()
+        p.until(lambda: p.runs("long"), "the run")
+        p.until(p.drained, "an empty queue")
+        assert len(p.runs("long.started")) == 1
+        assert len(p.results(result_id)[0]["worker_ids"]) == 1
+    finally:
+        p.close()
+
+
+def test_a_bad_queue_name_is_a_one_line_error(project: Project) -> None:
+    worker = project.start("w1", "--queue-name", "../etc")
+    assert worker.wait(timeout=DEADLINE) == 1
+    log = project.log("w1").strip()
+    assert log.startswith("CommandError: invalid queue name '../etc'") and "\n" not in log
+    assert not (project.out.parent / "etc").exists()
+
+
 def test_a_second_sigterm_releases_the_task_in_hand(project: Project) -> None:
     with project.backend():
         result_id = tasks.block.enqueue("h").id
     worker = project.start("w1")
     project.until(lambda: project.runs("h.started"), "the task started")
-    worker.send_signal(signal.SIGTERM)
-    project.until(lambda: "SIGTERM: no new tasks" in project.log("w1"), "the stop")
+    worker.send_signal(signal.SIGINT)  # Ctrl-C: the same as SIGTERM
+    project.until(lambda: "SIGINT: no new tasks" in project.log("w1"), "the stop")
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(timeout=DEADLINE) == 0
     assert "released 1 task(s) in hand" in project.log("w1")

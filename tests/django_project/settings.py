@@ -18,13 +18,14 @@ if find_spec("django.tasks") is None:  # Django 5.2: the backport is an app too
     INSTALLED_APPS.append("django_tasks")
 
 
-def tasks_setting(root: str, storage: Any = None, vt: float = 30.0) -> dict[str, Any]:
+def tasks_setting(root: str, storage: Any = None, vt: float = 30.0, **more: Any) -> dict[str, Any]:
     """The TASKS setting of a queue root (tests override it with this)."""
+    options = {"url": root, "storage_options": storage, "visibility_timeout": vt, **more}
     return {
         "default": {
             "BACKEND": "vsqs.django.QueueBackend",
             "QUEUES": ["default", "urgent"],
-            "OPTIONS": {"url": root, "storage_options": storage, "visibility_timeout": vt},
+            "OPTIONS": options,
         }
     }
 

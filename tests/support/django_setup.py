@@ -25,10 +25,12 @@ def configure() -> None:
 
 
 @contextmanager
-def backend_on(root: str, storage: Any = None, vt: float = 30.0) -> Iterator[QueueBackend]:
+def backend_on(
+    root: str, storage: Any = None, vt: float = 30.0, **options: Any
+) -> Iterator[QueueBackend]:
     """The test project's backend on the queue root ``root`` while this lasts."""
     configure()
-    with override_settings(TASKS=project.tasks_setting(root, storage, vt)):
+    with override_settings(TASKS=project.tasks_setting(root, storage, vt, **options)):
         from tests.django_project import tasks
 
         backend = tasks.record.get_backend()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from datetime import UTC, datetime, timedelta
@@ -11,7 +12,7 @@ from django.utils import timezone
 from django.utils.crypto import get_random_string
 
 from .._config import MAX_SECONDS, seconds
-from .._errors import InvalidArgument
+from .._errors import InvalidArgument, VsqsError
 from .._names import validate_queue_name
 from .._queue import Queue
 from ._records import (
@@ -120,7 +121,8 @@ class QueueBackend(BaseTaskBackend):
         try:
             queue.send(body, delay=delay_until(task.run_after))
         except BaseException:
-            self.results.delete(result.id)
+            with contextlib.suppress(VsqsError):  # the send's error is the one to see
+                self.results.delete(result.id)
             raise
         task_enqueued.send(type(self), task_result=result)
         return result

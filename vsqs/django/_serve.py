@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterable
 
 from django.utils.crypto import get_random_string
 
-from .._errors import VsqsError
+from .._config import seconds
+from .._errors import InvalidArgument, VsqsError
 from .._message import Message
 from .._queue import Queue
 from ._backend import QueueBackend
@@ -23,11 +24,15 @@ log = logging.getLogger("vsqs.django")
 
 #: Seconds between two looks at the idle time and the consume threads.
 TICK = 0.2
+#: Seconds between two collections of old results by a running worker.
+COLLECT_EVERY = 3600.0
 
 
 class Worker:
     """Serves ``queue_names`` of ``backend`` until :meth:`stop`, ``max_tasks``
-    tasks, or ``idle_timeout`` seconds without a task (all thread-safe)."""
+    tasks, or ``idle_timeout`` seconds without a task (all thread-safe).
+    While it runs it removes the results past the backend's retention, when
+    it starts and then every hour."""
 
     def __init__(
         self,
@@ -38,6 +43,14 @@ class Worker:
         max_tasks: int | None = None,
         idle_timeout: float | None = None,
     ) -> None:
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise InvalidArgument(
+                f"concurrency must be a whole number above 0, not {concurrency!r}"
+            )
+        if max_tasks is not None and (not isinstance(max_tasks, int) or max_tasks < 1):
+            raise InvalidArgument(f"max_tasks must be a whole number above 0, not {max_tasks!r}")
+        if idle_timeout is not None:
+            idle_timeout = seconds(idle_timeout, "idle_timeout")
         self.backend = backend
         self.queues = [backend.queue(name) for name in dict.fromkeys(queue_names)]
         self.concurrency, self.idle_timeout = concurrency, idle_timeout
@@ -59,7 +72,11 @@ class Worker:
         ]
         for thread in threads:
             thread.start()
+        collected = None
         while any(t.is_alive() for t in threads) and not self._abandon.is_set():
+            if collected is None or time.monotonic() - collected >= COLLECT_EVERY:
+                collected = time.monotonic()
+                self._collect()
             self._abandon.wait(TICK)
             if self._idle():
                 self._stop.set()
@@ -92,6 +109,18 @@ class Worker:
                 log.warning("%s: could not release %s: %s", queue.url, message.id, exc)
         self._abandon.set()
         return released
+
+    def _collect(self) -> None:
+        """Remove the results past their retention; a failure is logged, not fatal."""
+        try:
+            removed = self.backend.collect_results()
+        except VsqsError as exc:
+            log.warning("%s: results not collected: %s", self.backend.results.where, exc)
+        else:
+            if removed:
+                log.info(
+                    "%s: removed %d result(s) past retention", self.backend.results.where, removed
+                )
 
     def _idle(self) -> bool:
         if self.idle_timeout is None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ...._errors import VsqsError
 from ..._backend import QueueBackend
 from ..._serve import Worker
 from ..._tasks import task_backends
@@ -37,6 +38,12 @@ class Command(BaseCommand):
         if not isinstance(backend, QueueBackend):
             raise CommandError(f"TASKS[{options['backend']!r}] is not a vsqs.django.QueueBackend")
         names = options["queue_names"] or sorted(backend.queues) or ["default"]
+        try:
+            self._serve(backend, names, options)
+        except VsqsError as exc:  # one line, exit status 1
+            raise CommandError(str(exc)) from None
+
+    def _serve(self, backend: QueueBackend, names: list[str], options: dict[str, Any]) -> None:
         worker = Worker(
             backend, names,
             concurrency=options["concurrency"],
@@ -44,8 +51,8 @@ class Command(BaseCommand):
             idle_timeout=options["idle_timeout"],
         )  # fmt: skip
         self.stderr.write(f"vsqs_worker {worker.worker_id}: serving {', '.join(names)}")
-        signals = [signal.SIGTERM, signal.SIGINT]
-        previous = {s: signal.signal(s, self._stopper(worker)) for s in signals}
+        stopper = self._stopper(worker)  # one for both: the second signal may be the other
+        previous = {s: signal.signal(s, stopper) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
             ran = worker.run()
         finally:
