@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -278,13 +279,24 @@ def test_bad_worker_options_are_one_line_errors(
         Worker(backend, ["default"], **options)
 
 
-def test_a_local_result_is_replaced_whole(tmp_path: Path) -> None:
-    with backend_on(str(tmp_path / "root")) as backend:
-        result = tasks.record.enqueue("k")
-        run_tasks(backend, 1)
-        folder = tmp_path / "root" / "_django_results"
-        assert os.listdir(folder) == [f"{result.id}.json"]  # no temporary file left
-        assert str(backend.get_result(result.id).status) == "SUCCESSFUL"
+def test_a_result_is_replaced_whole(backend: QueueBackend) -> None:
+    versions = [json.dumps({"v": i, "pad": str(i) * 300_000}).encode() for i in range(2)]
+    backend.results.put("r", versions[0])
+    seen: set[bytes] = set()
+    done = threading.Event()
+
+    def write() -> None:
+        for i in range(100):
+            backend.results.put("r", versions[i % 2])
+        done.set()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    while not done.is_set():
+        seen.add(backend.results.get("r") or b"")
+    writer.join()
+    assert seen <= set(versions)  # never a part of one, never nothing
+    assert backend.results.ids() == ["r"]  # no temporary object left beside it
 
 
 @pytest.mark.parametrize(

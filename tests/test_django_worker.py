@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -277,3 +279,42 @@ def test_max_tasks_and_idle_timeout_end_the_worker(project: Project) -> None:
     idle = project.start("w2", "--idle-timeout", "1")
     assert idle.wait(timeout=DEADLINE) == 0
     assert all(len(project.runs(f"m{i}")) == 1 for i in range(3))
+
+
+def test_the_example_of_the_django_guide_runs_as_written(tmp_path: Path) -> None:
+    guide = (ROOT / "docs" / "django.md").read_text()
+    spool = str(tmp_path / "spool")
+    for code in re.findall(r"```python\n(.*?)```", guide, re.S):
+        name = code.splitlines()[0].removeprefix("# ")  # settings.py, tasks.py
+        (tmp_path / name).write_text(code.replace("/var/spool/tasks", spool))
+    assert sorted(p.name for p in tmp_path.glob("*.py")) == ["settings.py", "tasks.py"]
+    [shell] = re.findall(r"```sh\n(.*?)```", guide, re.S)
+    export, worker, enqueue, result = (line.split("   #")[0] for line in shell.splitlines())
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    for assignment in export.removeprefix("export ").split():
+        key, _, value = assignment.partition("=")
+        env[key] = str(tmp_path) if value == "." else value
+    env["PYTHONPATH"] += os.pathsep + str(ROOT)  # vsqs from this checkout
+
+    def run(command: str) -> str:
+        argv = shlex.split(command)
+        done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        # the last line: Django 5.2's shell first says how many objects it imported
+        return done.stdout.strip().splitlines()[-1]
+
+    argv = shlex.split(worker.removesuffix("&"))
+    with open(tmp_path / "worker.log", "wb") as log:
+        proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        result_id = run(enqueue)
+        seen: list[str] = []
+        wait_until(
+            lambda: seen.append(run(result.replace("ID", result_id))) or "5" in seen[-1],
+            DEADLINE,
+            "the result",
+        )
+        assert seen[-1] == "SUCCESSFUL 5"
+    finally:
+        proc.kill()
+        proc.wait()
