@@ -5,11 +5,13 @@ real ``manage.py vsqs_worker`` processes are in tests/test_django_worker.py."""
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import os
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
@@ -21,14 +23,18 @@ from .support.django_setup import backend_on, configure
 
 configure()
 
-import django_tasks  # noqa: E402  (Django must be configured first)
-from django_tasks.exceptions import InvalidTaskError, TaskResultDoesNotExist  # noqa: E402
-
-from tests.django_project import tasks  # noqa: E402
+from tests.django_project import tasks  # noqa: E402  (Django must be configured first)
 from vsqs._config import MAX_SECONDS  # noqa: E402
 from vsqs.django import _tasks  # noqa: E402
 from vsqs.django._backend import delay_until  # noqa: E402
 from vsqs.django._runner import TaskRunner  # noqa: E402
+
+#: The tasks framework in use, and its exceptions (the backport's InvalidTaskError
+#: is Django 6's InvalidTask).
+FRAMEWORK = importlib.import_module(_tasks.framework())
+_exceptions = importlib.import_module(_tasks.framework() + ".exceptions")
+InvalidTask = getattr(_exceptions, "InvalidTaskError", None) or _exceptions.InvalidTask
+TaskResultDoesNotExist = _exceptions.TaskResultDoesNotExist
 
 
 @pytest.fixture(params=["dir", "memory"])
@@ -53,12 +59,14 @@ def run_tasks(backend: QueueBackend, count: int, *queues: str) -> int:
     return Worker(backend, queues or ["default"], max_tasks=count).run()
 
 
-def test_the_framework_is_the_backport_on_django_5_2() -> None:
-    # this machine: Python 3.11, Django 5.2 (Django 6, and django.tasks, need Python 3.12)
-    assert _tasks.framework() == "django_tasks"
-    assert issubclass(QueueBackend, django_tasks.backends.base.BaseTaskBackend)
-    assert _tasks.TaskResult is django_tasks.TaskResult
-    assert _tasks.task_backends is django_tasks.task_backends
+def test_the_framework_is_django_s_own_else_the_backport() -> None:
+    # Python 3.11 here: Django 5.2 and the backport (Django 6 needs Python 3.12)
+    expected = "django.tasks" if find_spec("django.tasks") else "django_tasks"
+    assert _tasks.framework() == expected
+    base = importlib.import_module(expected + ".backends.base").BaseTaskBackend
+    assert issubclass(QueueBackend, base)
+    assert _tasks.TaskResult is importlib.import_module(expected + ".base").TaskResult
+    assert _tasks.task_backends is FRAMEWORK.task_backends
 
 
 def test_enqueue_sends_the_task_and_writes_its_result_ready(backend: QueueBackend) -> None:
@@ -157,7 +165,7 @@ def test_arguments_that_are_not_json_are_refused_before_anything_is_written(
 
 def test_priorities_are_refused(backend: QueueBackend) -> None:
     assert not backend.supports_priority
-    with pytest.raises(InvalidTaskError, match="priority"):
+    with pytest.raises(InvalidTask, match="priority"):
         tasks.record.using(priority=10)
 
 
