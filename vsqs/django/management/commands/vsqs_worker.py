@@ -24,14 +24,20 @@ class Command(BaseCommand):
     help = "Run the tasks of a vsqs.django.QueueBackend's queues."
 
     def add_arguments(self, parser: ArgumentParser) -> None:
-        parser.add_argument("--backend", default="default", help="the TASKS alias (default)")
+        parser.add_argument(
+            "--backend", default="default", metavar="ALIAS", help="the TASKS entry (default)"
+        )
         parser.add_argument(
             "--queue-name", action="append", dest="queue_names", metavar="Q",
             help="a queue to serve (repeat for more; default: the backend's QUEUES)",
         )  # fmt: skip
-        parser.add_argument("--concurrency", type=int, default=1, help="tasks at once per queue")
-        parser.add_argument("--max-tasks", type=int, help="stop after this many tasks")
-        parser.add_argument("--idle-timeout", type=float, help="stop after S seconds without one")
+        parser.add_argument(
+            "--concurrency", type=int, default=1, metavar="N", help="tasks at once per queue"
+        )
+        parser.add_argument("--max-tasks", type=int, metavar="M", help="stop after M tasks")
+        parser.add_argument(
+            "--idle-timeout", type=float, metavar="S", help="stop after S seconds without a task"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         backend = task_backends[options["backend"]]
