@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.utils import timezone
 from django.utils.crypto import get_random_string
 
+from .. import _forks
 from .._config import MAX_SECONDS, seconds
 from .._errors import InvalidArgument, VsqsError
 from .._names import validate_queue_name
@@ -80,7 +80,7 @@ class QueueBackend(BaseTaskBackend):
             validate_queue_name(name)
         self.results: ResultStore = open_results(self.url, self.storage_options)
         self._queues: dict[str, Queue] = {}
-        self._lock = threading.Lock()
+        self._lock = _forks.lock()
 
     def queue(self, name: str) -> Queue:
         """The vsqs queue of the Django queue ``name`` (created on first use)."""

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 
 from django.utils.crypto import get_random_string
 
+from .. import _forks
 from .._config import seconds
 from .._errors import InvalidArgument, VsqsError
 from .._message import Message
@@ -57,8 +58,8 @@ class Worker:
         self.worker_id = get_random_string(32)
         self.ran = 0
         self._left = max_tasks
-        self._stop, self._abandon = threading.Event(), threading.Event()
-        self._lock = threading.Lock()
+        self._stop, self._abandon = _forks.event(), _forks.event()
+        self._lock = _forks.lock()
         self._in_hand: dict[int, tuple[Queue, Message]] = {}
         self._last_task = time.monotonic()
         self._error: BaseException | None = None
