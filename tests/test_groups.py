@@ -631,3 +631,55 @@ def test_a_running_receive_for_one_group_gets_its_new_messages_from_the_feed(
                 assert got is not None and got.id == sent
                 got.delete()
             assert clock() == listed, "it listed again"
+
+
+def test_a_receiver_looks_for_each_blockers_dead_letter_at_most_every_check(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """The strict mode's cost in the dead-letter queue: a receive whose
+    listing shows ten blockers looks for the dead letters of at most
+    ``BLOCKER_CHECKS`` of them (a listing of the dead-letter queue each,
+    which finds it), and each blocker is looked for once per
+    ``BLOCKER_CHECK`` seconds, however often its receiver lists (here at
+    each receive: a plain message arrives before each)."""
+    from prometheus_client import CollectorRegistry
+
+    import vsqs.metrics
+    from vsqs._dead_letter import BLOCKER_CHECK, BLOCKER_CHECKS
+
+    strict = {"max_receives": 1, "dead_letter": "dlq", "dead_letter_blocks_group": True}
+    polled = vsqs.LocalStore(str(tmp_path / "q"), notifications=False)  # each receive lists
+    with vsqs.Queue(polled, clock=clock, **strict) as q:  # type: ignore[arg-type]
+        for body in (b"poison", b"next"):
+            for g in range(10):
+                q.send(body, group=f"g{g}")
+        assert len(q.receive_batch(10, visibility_timeout=1)) == 10  # the ten heads
+        clock.advance(1)
+        assert q.receive_batch(10) == []  # each head dead-lettered; its group blocked
+        assert q.stats().dead_letter == 10
+        dlq_url = vsqs.Queue(tmp_path / "dlq").url
+        registry = CollectorRegistry()
+        vsqs.metrics.enable_prometheus(registry)
+        try:
+
+            def lists(url: str) -> float:
+                got = registry.get_sample_value(
+                    "vsqs_store_requests_total",
+                    {"queue": url, "operation": "list", "outcome": "ok"},
+                )
+                return got or 0.0
+
+            for _ in range(3):
+                clock.advance(BLOCKER_CHECK)
+                looks = []
+                for _ in range(4):
+                    q.send(b"plain")  # the directory changes: the receive lists it
+                    before, own = lists(dlq_url), lists(q.url)
+                    got = q.receive()
+                    looks.append(lists(dlq_url) - before)
+                    assert looks[-1] <= BLOCKER_CHECKS * (lists(q.url) - own)
+                    assert got is not None and got.body == b"plain"
+                    got.delete()
+                assert looks[0] and sum(looks) == 10  # each blocker once in BLOCKER_CHECK
+        finally:
+            vsqs.metrics.disable()
