@@ -5,9 +5,11 @@ process that enables nothing reports to the no-op observer."""
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
 import uuid
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -173,6 +175,27 @@ def test_enabling_on_another_registry_moves_the_counting_there(tmp_path: Path) -
             vsqs.metrics.disable()
         assert value(scrape(first), "vsqs_messages_sent_total", queue=q.url) == 1
         assert value(scrape(second), "vsqs_messages_sent_total", queue=q.url) == 2
+
+
+def test_a_registry_metrics_were_enabled_on_is_freed_after_disable(tmp_path: Path) -> None:
+    """vsqs keeps no registry alive once counting left it (one per test, or
+    per reload of an application, would pile up with all it counted); a
+    registry still alive gets its own families back when enabled again."""
+    kept, dropped = CollectorRegistry(), CollectorRegistry()
+    with vsqs.Queue(tmp_path / "q") as q:
+        try:
+            vsqs.metrics.enable_prometheus(dropped)
+            vsqs.metrics.enable_prometheus(kept)
+            q.send(b"1")
+            vsqs.metrics.enable_prometheus(kept)  # again: the same families, no error
+            q.send(b"2")
+        finally:
+            vsqs.metrics.disable()
+    gone = weakref.ref(dropped)
+    del dropped
+    gc.collect()
+    assert gone() is None
+    assert value(scrape(kept), "vsqs_messages_sent_total", queue=q.url) == 2
 
 
 def test_a_dead_letter_queue_is_a_queue_like_the_others(

@@ -13,6 +13,7 @@ its library raises :class:`MetricsUnavailable`.
 from __future__ import annotations
 
 import importlib
+import weakref
 from typing import Any
 
 from .. import _forks
@@ -27,9 +28,10 @@ class MetricsUnavailable(VsqsError):
 
 _LOCK = _forks.lock()
 #: The observers on, by exporter; and the Prometheus observer of each
-#: registry it was enabled on (a registry takes its families once).
+#: registry it was enabled on (a registry takes its families once), kept no
+#: longer than the registry.
 _ON: dict[str, meter.Observer] = {}
-_BY_REGISTRY: dict[int, tuple[Any, meter.Observer]] = {}
+_BY_REGISTRY: weakref.WeakKeyDictionary[Any, meter.Observer] = weakref.WeakKeyDictionary()
 
 
 def _require(module: str) -> Any:
@@ -69,11 +71,10 @@ def enable_prometheus(registry: Any = None) -> None:
 
     target = client.REGISTRY if registry is None else registry
     with _LOCK:
-        known = _BY_REGISTRY.get(id(target))
-        if known is None or known[0] is not target:
-            known = (target, PrometheusObserver(target))
-            _BY_REGISTRY[id(target)] = known
-        _ON["prometheus"] = known[1]
+        known = _BY_REGISTRY.get(target)
+        if known is None:
+            known = _BY_REGISTRY[target] = PrometheusObserver(target)
+        _ON["prometheus"] = known
         _install()
 
 
