@@ -173,6 +173,28 @@ def test_a_consume_under_way_follows_a_change(tmp_path: Path) -> None:
     assert [round(e / 1000) for e in expiries] == [30, 77]
 
 
+def test_a_consume_stops_when_its_queue_is_deleted(tmp_path: Path) -> None:
+    """A client consuming while another deletes the queue (a foreign file
+    keeps the directory, so only the config tells) stops with QueueNotFound,
+    without "it will be redelivered"."""
+    clock = FakeClock()
+    url = str(tmp_path / "q")
+    with vsqs.Queue(url, clock=clock) as q, vsqs.Queue(url, clock=clock) as admin:
+        (tmp_path / "q" / "keep").write_text("not vsqs's")
+        q.send_batch([b"a", b"b", b"c"])
+        handled: list[bytes] = []
+
+        def handle(message: vsqs.Message) -> None:
+            handled.append(message.body)
+            admin.delete_queue(force=True)
+            clock.advance(configure.REFRESH_EVERY)
+
+        with pytest.raises(vsqs.QueueNotFound, match="deleted"):
+            q.consume(handle, idle_timeout=1)
+    assert handled == [b"a"]
+    assert sorted(p.name for p in (tmp_path / "q").iterdir()) == ["keep"]
+
+
 def test_older_configs_open_and_change(tmp_path: Path) -> None:
     """A format-2 queue and a format-3 config without sources (written before
     this vsqs) open, change and say where their values came from."""

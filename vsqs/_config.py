@@ -70,17 +70,22 @@ SETTINGS_ENV = (
     ENV_NEW_GRACE,
     ENV_MAX_POLL_INTERVAL,
 )
-#: ``VSQS_*`` variables that are not settings and draw no warning: the log
-#: level of the ``vsqs`` command, what ``vsqs consume`` sets for its commands
-#: (``vsqs.cli._consume.COMMAND_ENV``), and those of vsqs's own test suite.
-NOT_SETTINGS_ENV = (
-    "VSQS_LOG_LEVEL",
+#: The environment variables ``vsqs consume`` sets for each command it runs
+#: (:mod:`vsqs.cli._consume`). They are not settings: nothing in vsqs reads them as such.
+COMMAND_ENV = (
     "VSQS_MESSAGE_ID",
     "VSQS_RECEIPT",
     "VSQS_RECEIVE_COUNT",
     "VSQS_GROUP",
     "VSQS_ATTRIBUTES",
     "VSQS_QUEUE",
+)
+#: ``VSQS_*`` variables that are not settings and draw no warning: the log
+#: level of the ``vsqs`` command, :data:`COMMAND_ENV`, and those of vsqs's
+#: own test suite.
+NOT_SETTINGS_ENV = (
+    "VSQS_LOG_LEVEL",
+    *COMMAND_ENV,
     "VSQS_REQUIRE_CEPH",
     "VSQS_SPARK_MASTER",
     "VSQS_EXECUTOR_PYTHONPATH",

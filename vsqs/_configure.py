@@ -337,8 +337,7 @@ def effective(
             how = f"environment variable {how} at creation"
         elif how in ("explicit", "default"):
             how = f"{how} at creation"
-        stored = f"stored (version {version.number}; {how})"
-        rows.append((f.name, getattr(version.config, f.name), stored))
+        rows.append((f.name, getattr(version.config, f.name), f"stored: {how}"))
     rows += [(name, value, source) for name, (value, source) in client.items()]
     return rows
 

@@ -65,8 +65,10 @@ def _show(url: str, version: int, rows: list[tuple[str, object, str]], as_json: 
         out_line(json.dumps(doc))
         return
     width = max(len(name) for name, _, _ in rows)
-    for name, value, source in rows:
-        out_line(f"{name:<{width}}  {json.dumps(value)}" + (f"  ({source})" if source else ""))
+    shown = [json.dumps(value) for _, value, _ in rows]
+    room = max(map(len, shown))
+    for (name, _, source), value in zip(rows, shown, strict=True):
+        out_line(f"{name:<{width}}  {value:<{room}}  {source}".rstrip())
 
 
 @click.command("config", short_help="Show or change a queue's settings.")
@@ -125,7 +127,7 @@ def delete_queue(url: str, force: bool, as_json: bool) -> None:
         lambda f: (
             f"deleted {f['queue']}: {f['removed']:,} objects"
             + (f"; kept {len(f['kept'])} foreign: {', '.join(f['kept'][:10])}" if f["kept"] else "")
-            + (f"; its dead-letter queue {f['dead_letter']} stays" if f["dead_letter"] else "")
+            + (f"; its dead-letter queue {f['dead_letter']} is left" if f["dead_letter"] else "")
         ),
         as_json=as_json,
         queue=queue.url,

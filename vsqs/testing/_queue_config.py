@@ -5,6 +5,9 @@ Administration: changing a queue's settings while clients run, and deleting it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
@@ -22,6 +25,15 @@ def versions(store: vsqs.Store) -> list[str]:
     return [n for n in listing(store) if n == "vsqs.json" or n.startswith("vsqs-config.")]
 
 
+@contextmanager
+def two_clients(
+    store: vsqs.Store, clock: FakeClock, **first: Any
+) -> Iterator[tuple[vsqs.Queue, vsqs.Queue]]:
+    """Two clients of the queue in ``store``; ``first`` opens the first one."""
+    with vsqs.Queue(store, clock=clock, **first) as one, vsqs.Queue(store, clock=clock) as two:
+        yield one, two
+
+
 def left(store: vsqs.Store) -> list[str]:
     """What a deleted queue left: its names (none if its directory went too)."""
     try:
@@ -37,10 +49,7 @@ class ConfigTests:
     def test_a_change_reaches_every_client_within_the_bound(
         self, store: vsqs.Store, clock: FakeClock
     ) -> None:
-        with (
-            vsqs.Queue(store, clock=clock, visibility_timeout=30) as admin,
-            vsqs.Queue(store, clock=clock) as client,
-        ):
+        with two_clients(store, clock, visibility_timeout=30) as (admin, client):
             client.send(b"a")
             assert admin.configure(visibility_timeout=60).visibility_timeout == 60
             assert admin.config.visibility_timeout == 60  # its own client: at once
@@ -71,10 +80,7 @@ class ConfigTests:
     def test_changes_racing_from_stale_clients_lose_no_update(
         self, store: vsqs.Store, clock: FakeClock
     ) -> None:
-        with (
-            vsqs.Queue(store, clock=clock) as one,
-            vsqs.Queue(store, clock=clock) as two,
-        ):
+        with two_clients(store, clock) as (one, two):
             one.configure(retry_delay=2.0)  # two still knows version 1: its create of 2 loses
             two.configure(max_retry_delay=100.0)
             one.configure(visibility_timeout=7.0)
@@ -109,10 +115,7 @@ class ConfigTests:
     def test_a_contradicted_explicit_setting_warns_once_and_goes_on(
         self, store: vsqs.Store, clock: FakeClock, caplog: pytest.LogCaptureFixture
     ) -> None:
-        with (
-            vsqs.Queue(store, clock=clock, visibility_timeout=30) as client,
-            vsqs.Queue(store, clock=clock) as admin,
-        ):
+        with two_clients(store, clock, visibility_timeout=30) as (client, admin):
             admin.configure(visibility_timeout=90)
             clock.advance(BOUND)
             with caplog.at_level(logging.WARNING, logger="vsqs"):
@@ -199,10 +202,7 @@ class ConfigTests:
     def test_other_clients_of_a_deleted_queue_get_queue_not_found(
         self, store: vsqs.Store, clock: FakeClock
     ) -> None:
-        with (
-            vsqs.Queue(store, clock=clock) as admin,
-            vsqs.Queue(store, clock=clock) as client,
-        ):
+        with two_clients(store, clock) as (admin, client):
             admin.send(b"a")
             held = client.receive()
             assert held is not None
