@@ -154,6 +154,18 @@ def test_a_client_pays_no_request_per_message_for_changes() -> None:
         ]
 
 
+def test_a_clock_stepped_back_looks_at_once() -> None:
+    """A client whose clock steps back (NTP) does not wait for it to catch
+    up before it looks for a change again."""
+    clock, admin_clock = FakeClock(), FakeClock()
+    store = vsqs.MemoryStore("stepped")
+    with vsqs.Queue(store, clock=clock) as q, vsqs.Queue(store, clock=admin_clock) as admin:
+        admin.configure(visibility_timeout=5)
+        clock.advance(-3600)
+        q.stats()
+        assert q.config.visibility_timeout == 5
+
+
 def test_a_consume_under_way_follows_a_change(tmp_path: Path) -> None:
     clock = FakeClock()
     url = str(tmp_path / "q")
@@ -213,6 +225,16 @@ def test_older_configs_open_and_change(tmp_path: Path) -> None:
         assert "changed in version 2" in rows["visibility_timeout"]
         assert "not recorded" in rows["retry_delay"]
     assert json.loads(old.read(names.CONFIG_NAME)) == FORMAT_2_CONFIG  # never rewritten
+    with vsqs.Queue(old, clock=clock) as q, pytest.raises(vsqs.QueueConfigError, match="format 2"):
+        q.configure(content_dedup=True)  # every send would fail
+
+
+def test_a_dead_letter_queue_holding_blockers_cannot_change(tmp_path: Path) -> None:
+    url = str(tmp_path / "q")
+    with vsqs.Queue(url, max_receives=1, dead_letter="d", dead_letter_blocks_group=True) as q:
+        with pytest.raises(vsqs.QueueConfigError, match="while dead_letter_blocks_group is on"):
+            q.configure(dead_letter="elsewhere", max_receives=1)
+        assert q.configure(max_receives=2).max_receives == 2
 
 
 # ------------------------------------------------------------------ the CLI

@@ -178,6 +178,11 @@ def changed(current: Version, changes: Mapping[str, Any]) -> QueueConfig:
     """``current``'s settings with ``changes`` applied, checked whole
     (:class:`InvalidArgument`: ``max_receives`` without ``dead_letter`` ...)."""
     config = current.config
+    if config.format < 3 and changes.get("content_dedup"):
+        raise QueueConfigError(
+            "content_dedup cannot be on in a queue of format 2, which has no deduplication "
+            "(move its messages into a new queue: vsqs move)"
+        )
     if (
         config.dead_letter_blocks_group
         and "dead_letter" in changes
@@ -213,7 +218,8 @@ def write_change(
         if config == current.config:
             return current
         number, now_ms = current.number + 1, clock.now_ms()
-        sources = current.sources | {key: f"changed in version {number}" for key in changes}
+        news = [key for key in changes if getattr(config, key) != getattr(current.config, key)]
+        sources = current.sources | dict.fromkeys(news, f"changed in version {number}")
         data = config.to_json(sources=sources, written_ms=now_ms, writer=token)
         name = version_name(number)
         if publish(store, durable, clock.next_id(), data, name, replace_new=False):
@@ -245,7 +251,8 @@ class LiveConfig:
         self.version = Version(1, first, {}, None)
         self._explicit = {k: v for k, v in explicit.items() if v is not None}
         self._looked = -math.inf
-        self._lock = _forks.lock()
+        self._lock = _forks.lock()  # one look at a time; the others go on with what is known
+        self._taking = _forks.lock()
         self.gone: str | None = None
 
     def load(self) -> QueueConfig:
@@ -268,10 +275,11 @@ class LiveConfig:
         if self.gone is not None:
             raise QueueNotFound(self.gone)
         now = self._clock()
-        if now - self._looked < REFRESH_EVERY or not self._lock.acquire(blocking=False):
+        since = abs(now - self._looked)  # a clock stepped back looks at once
+        if since < REFRESH_EVERY or not self._lock.acquire(blocking=False):
             return None
         try:
-            listing = now - self._looked >= COLLECT_AFTER / 2
+            listing = since >= COLLECT_AFTER / 2
             self._looked = now
             with storage_errors(f"reading the config of {self._store.url}"):
                 found = newest(self._store, self.version.number, listing=listing)
@@ -296,19 +304,24 @@ class LiveConfig:
         if isinstance(changes.get("dead_letter"), str):
             check_target(changes["dead_letter"], self._store.url, given=True)
         number = self.version.number
-        version = write_change(self._store, number, changes, durable=durable, clock=clock)
+        with storage_errors(f"changing the config of {self._store.url}"):
+            version = write_change(self._store, number, changes, durable=durable, clock=clock)
         return self.take(version, warn=False)
 
     def take(self, found: Version, *, warn: bool = True) -> QueueConfig:
         """Adopt ``found`` if it is newer; ``warn`` once per setting that this
         client opened with explicitly and that another client's change now
         contradicts (the client goes on with the new value)."""
-        if found.number <= self.version.number:
-            return self.version.config
-        self.version = found
+        with self._taking:
+            if found.number <= self.version.number:
+                return self.version.config
+            self.version = found
+            if warn:
+                self._warn(found)
+        return found.config
+
+    def _warn(self, found: Version) -> None:
         for key, value in list(self._explicit.items()):
-            if not warn:
-                break
             now = getattr(found.config, key)
             if now != value:
                 log.warning(
@@ -317,7 +330,6 @@ class LiveConfig:
                     self._store.url, key, now, found.number, value, now,
                 )  # fmt: skip
                 del self._explicit[key]  # once
-        return found.config
 
 
 def effective(
@@ -327,7 +339,8 @@ def effective(
     the stored ones with where their value came from (given at creation,
     an environment variable or the default then, or a change), then the
     ``client`` settings given, as they are."""
-    version = newest(store, known, listing=True)
+    with storage_errors(f"reading the config of {store.url}"):
+        version = newest(store, known, listing=True)
     rows: list[tuple[str, object, str]] = []
     for f in fields(QueueConfig):
         how = version.sources.get(f.name, "not recorded")

@@ -13,6 +13,7 @@ from .._admin import client_settings
 from .._config import ENV_DURABLE, ENV_MAX_POLL_INTERVAL, ENV_NEW_GRACE, QueueConfig, unknown_env
 from .._configure import CHANGEABLE, newest
 from .._configure import effective as sourced
+from .._errors import storage_errors
 from ._common import open_queue, queue_options
 from ._report import Report, json_option, out_line
 
@@ -106,7 +107,8 @@ def config(url: str, changes: tuple[str, ...], effective: bool, as_json: bool) -
                 rows.append(("unknown environment variables", unknown, "ignored"))
         else:
             rows = [(k, v, "") for k, v in asdict(queue.config).items()]
-        version = newest(queue.store, 1, listing=True).number
+        with storage_errors(f"reading the config of {queue.url}"):
+            version = newest(queue.store, 1, listing=True).number
     _show(queue.url, version, rows, as_json)
 
 

@@ -13,6 +13,7 @@ import pytest
 
 import vsqs
 
+from ..stores import ObjectStore
 from ._clock import FakeClock
 from ._suite import drop, listing
 
@@ -192,6 +193,8 @@ class ConfigTests:
             deleted = q.delete_queue(force=True)
             assert deleted.kept == ["notes.txt", "vsqs-config.x"]
             assert listing(store) == ["notes.txt", "vsqs-config.x"]
+            if isinstance(store, ObjectStore):  # no marker or probe is left either
+                assert sorted(key for key, _ in store.io.listing()) == deleted.kept
             with pytest.raises(vsqs.QueueNotFound):
                 q.send(b"f")
         with pytest.raises(vsqs.QueueNotFound):
