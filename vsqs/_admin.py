@@ -85,7 +85,7 @@ def open_config(
                 config = QueueConfig.from_json(store.read(names.CONFIG_NAME), url)
         live = configure.LiveConfig(store, clock.clock, config, requested)
         config = live.load()
-        config.check_agrees(requested, url)
+        config.check_agrees(requested, url, live.version.sources)
     check_target(config.dead_letter, url, given=False)  # another client's
     return live
 

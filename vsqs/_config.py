@@ -321,12 +321,17 @@ class QueueConfig:
         except InvalidArgument as exc:
             raise QueueConfigError(f"{where}: invalid queue config: {exc}") from None
 
-    def check_agrees(self, requested: dict[str, Any], where: str) -> None:
-        """Refuse to open a queue with defaults that differ from its config."""
+    def check_agrees(
+        self, requested: dict[str, Any], where: str, sources: dict[str, str] | None = None
+    ) -> None:
+        """Refuse to open a queue with defaults that differ from its config
+        (``sources``: where its values came from, to say which changed)."""
         for key, value in requested.items():
             if value is not None and getattr(self, key) != value:
+                how = (sources or {}).get(key, "")
+                how = "was changed to" if how.startswith("changed") else "was created with"
                 raise QueueConfigError(
-                    f"{where} has {key}={getattr(self, key)!r}, not {value!r}; a queue's "
+                    f"{where} {how} {key}={getattr(self, key)!r}, not {value!r}; a queue's "
                     "settings are its config's (override per call, or change them: "
                     "vsqs config, Queue.configure)"
                 )

@@ -73,7 +73,7 @@ class ConfigTests:
             assert later.config.max_message_size == 1000
             with pytest.raises(vsqs.MessageTooLarge):
                 later.send(b"x" * 1001)
-        with pytest.raises(vsqs.QueueConfigError, match="visibility_timeout=45"):
+        with pytest.raises(vsqs.QueueConfigError, match="was changed to visibility_timeout=45"):
             vsqs.Queue(store, clock=clock, visibility_timeout=30)  # contradicts the newest
         with vsqs.Queue(store, clock=clock, visibility_timeout=45):
             pass
