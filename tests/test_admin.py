@@ -207,6 +207,25 @@ def test_a_consume_stops_when_its_queue_is_deleted(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "q").iterdir()) == ["keep"]
 
 
+def test_a_consume_under_way_retries_with_changed_delays(tmp_path: Path) -> None:
+    clock = FakeClock()
+    url = str(tmp_path / "q")
+    stop = threading.Event()
+    with vsqs.Queue(url, clock=clock) as q, vsqs.Queue(url, clock=clock) as admin:
+        q.send_batch([b"a", b"b"])
+
+        def handle(message: vsqs.Message) -> None:
+            if message.body == b"a":  # succeeds, after a change
+                admin.configure(retry_delay=7.0)
+                clock.advance(configure.REFRESH_EVERY)
+                return
+            stop.set()
+            raise RuntimeError("b fails")
+
+        assert q.consume(handle, stop=stop, jitter=lambda: 1.0) == 1
+        assert q.stats().next_visible_in == pytest.approx(7.0)  # not the 1 s it started with
+
+
 def test_older_configs_open_and_change(tmp_path: Path) -> None:
     """A format-2 queue and a format-3 config without sources (written before
     this vsqs) open, change and say where their values came from."""

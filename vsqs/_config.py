@@ -1,4 +1,5 @@
-"""The queue's config object: written once, by exclusive create, read by every client."""
+"""The queue's config object: each version written once, by exclusive create
+(versions after the first: :mod:`._configure`), read by every client."""
 
 from __future__ import annotations
 
