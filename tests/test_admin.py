@@ -226,6 +226,19 @@ def test_a_consume_under_way_retries_with_changed_delays(tmp_path: Path) -> None
         assert q.stats().next_visible_in == pytest.approx(7.0)  # not the 1 s it started with
 
 
+def test_a_move_takes_messages_and_leaves_config_versions(tmp_path: Path) -> None:
+    src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
+    with vsqs.Queue(src) as q:
+        q.send_batch([b"a", b"b"])
+        q.configure(visibility_timeout=9)
+    assert vsqs.move(src, dst) == 2
+    assert sorted(p.name for p in (tmp_path / "src").iterdir()) == ["vsqs-config.2", "vsqs.json"]
+    with vsqs.Queue(dst) as moved:
+        assert [m.body for m in moved.peek()] == [b"a", b"b"]
+        assert moved.config.visibility_timeout == 30  # its own config, not the source's
+    assert not [p for p in (tmp_path / "dst").iterdir() if p.name.startswith("vsqs-config")]
+
+
 def test_older_configs_open_and_change(tmp_path: Path) -> None:
     """A format-2 queue and a format-3 config without sources (written before
     this vsqs) open, change and say where their values came from."""
@@ -261,21 +274,22 @@ def test_vsqs_config_shows_changes_and_says_where_values_came_from(tmp_path: Pat
     q = str(tmp_path / "q")
     ok("create", q, "--retry-delay", "3", env={"VSQS_MAX_RETRY_DELAY": "40"})
     shown = json.loads(ok("config", q, "--json"))
-    assert shown["version"] == 1 and shown["settings"]["retry_delay"] == 3.0
+    assert shown["config_version"] == 1 and shown["retry_delay"] == 3.0
+    assert shown["queue"] == q and shown["format"] == 3
     changed = ok("config", q, "--set", "visibility_timeout=60", "--set", "max_receives=2",
                  "--set", "dead_letter=dlq")  # fmt: skip
     assert re.search(r"^visibility_timeout +60\.0$", changed, re.M), changed
     effective = json.loads(ok("config", q, "--effective", "--json"))
     sources = effective["sources"]
-    assert effective["version"] == 2
+    assert effective["config_version"] == 2
     assert "changed in version 2" in sources["visibility_timeout"]
     assert "explicit at creation" in sources["retry_delay"]
     assert "VSQS_MAX_RETRY_DELAY at creation" in sources["max_retry_delay"]
     assert "default at creation" in sources["max_message_size"]
-    assert effective["settings"]["durable"] is True and sources["durable"] == "default"
+    assert effective["durable"] is True and sources["durable"] == "default"
     removed = json.loads(ok("config", q, "--set", "max_receives=none", "--set", "dead_letter=",
                             "--json"))  # fmt: skip
-    assert removed["settings"]["dead_letter"] is None and removed["version"] == 3
+    assert removed["dead_letter"] is None and removed["config_version"] == 3
 
 
 @pytest.mark.parametrize(

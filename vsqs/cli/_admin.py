@@ -60,7 +60,7 @@ def _client_rows() -> dict[str, tuple[object, str]]:
 
 def _show(url: str, version: int, rows: list[tuple[str, object, str]], as_json: bool) -> None:
     if as_json:
-        doc = {"queue": url, "version": version, "settings": {n: v for n, v, _ in rows}}
+        doc = {"queue": url, "config_version": version} | {n: v for n, v, _ in rows}
         if any(source for _, _, source in rows):
             doc["sources"] = {n: s for n, _, s in rows}
         out_line(json.dumps(doc))
@@ -104,7 +104,7 @@ def config(url: str, changes: tuple[str, ...], effective: bool, as_json: bool) -
             rows = sourced(queue.store, 1, _client_rows())
             unknown = unknown_env()
             if unknown:
-                rows.append(("unknown environment variables", unknown, "ignored"))
+                rows.append(("unknown_env", unknown, "unknown VSQS_* variables: ignored"))
         else:
             rows = [(k, v, "") for k, v in asdict(queue.config).items()]
         with storage_errors(f"reading the config of {queue.url}"):
