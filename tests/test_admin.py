@@ -239,6 +239,35 @@ def test_a_move_takes_messages_and_leaves_config_versions(tmp_path: Path) -> Non
     assert not [p for p in (tmp_path / "dst").iterdir() if p.name.startswith("vsqs-config")]
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="engine bug: _worker.FailureLog keeps the max_receives of the queue's first "
+    "consume, so after a change it says 'retrying' for a message that will be dead-lettered",
+)
+def test_a_consume_after_a_max_receives_change_logs_the_new_limit(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    url = str(tmp_path / "q")
+    with vsqs.Queue(url, clock=clock, max_receives=3, dead_letter="dlq") as q:
+        q.send(b"a")
+        stop = threading.Event()
+
+        def fail(message: vsqs.Message) -> None:
+            stop.set()
+            raise RuntimeError("fails")
+
+        q.consume(fail, stop=stop)  # its failure log is made now, with max_receives 3
+        q.configure(max_receives=1, dead_letter="dlq")
+        clock.advance(configure.REFRESH_EVERY)  # a, back, is dead-lettered at its next receive
+        q.send(b"b")
+        stop.clear()
+        with caplog.at_level("ERROR", logger="vsqs"):
+            q.consume(fail, stop=stop)  # receive 1 of b: its last under max_receives 1
+    said = [r.getMessage() for r in caplog.records if "handler failed" in r.getMessage()]
+    assert said and "max_receives 1" in said[-1], said
+
+
 def test_older_configs_open_and_change(tmp_path: Path) -> None:
     """A format-2 queue and a format-3 config without sources (written before
     this vsqs) open, change and say where their values came from."""
