@@ -10,6 +10,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -256,6 +257,41 @@ def test_an_object_store_counts_each_request_with_its_outcome(
         assert value(
             got, "vsqs_store_requests_total", queue=q.url, operation="put", outcome="exists"
         )
+
+
+def test_a_batch_delete_that_names_failed_keys_counts_as_an_error(
+    registry: CollectorRegistry, s3_server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``DeleteObjects`` whose response names keys it could not delete is a
+    request with outcome ``error``, not ``ok`` (the names go back to be
+    deleted again)."""
+    url = f"{s3_server.root}/{uuid.uuid4().hex[:8]}/q"
+    with vsqs.Queue(url, storage_options=s3_server.storage_options) as q:
+        store = q.store
+        assert isinstance(store, ObjectStore)
+        q.send_batch([b"a", b"b"])
+        msgs = q.receive_batch(2)
+        assert len(msgs) == 2
+        fs = store.io.fs  # type: ignore[attr-defined]
+        real = fs.call_s3
+        partial: list[str] = []
+
+        def call_s3(method: str, **kwargs: Any) -> Any:
+            response = real(method, **kwargs)
+            if method == "delete_objects":
+                key = kwargs["Delete"]["Objects"][0]["Key"]
+                partial.append(key)
+                response = {**response, "Errors": [{"Key": key, "Code": "InternalError"}]}
+            return response
+
+        monkeypatch.setattr(fs, "call_s3", call_s3)
+        assert q.delete_batch(msgs).ok
+        store.flush()
+        got = scrape(registry)
+        assert partial
+        assert value(
+            got, "vsqs_store_requests_total", queue=q.url, operation="delete", outcome="error"
+        ) == len(partial)
 
 
 def test_enabling_without_the_library_says_what_to_install(

@@ -91,8 +91,9 @@ NOT_SETTINGS_ENV = (
     "VSQS_SPARK_MASTER",
     "VSQS_EXECUTOR_PYTHONPATH",
 )
-#: Prefixes of the test suite's own variables (the simulation's, the Celery tests').
-NOT_SETTINGS_PREFIXES = ("VSQS_SIM_", "VSQS_CELERY_")
+#: Prefixes of the test suite's own variables (the simulation's, the Celery and
+#: Django tests').
+NOT_SETTINGS_PREFIXES = ("VSQS_SIM_", "VSQS_CELERY_", "VSQS_DJANGO_")
 _warned_env = False
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")

@@ -42,6 +42,7 @@ from ._move import move
 from ._ops import gc, purge, queues, redrive_command, stats
 from ._report import Report, json_option, out, out_line
 from ._send import send
+from ._top import top
 
 
 # ------------------------------------------------------------------ output
@@ -396,6 +397,7 @@ for _command in (
     demo,
     metrics,
     consume,
+    top,
     config,
     delete_queue,
 ):

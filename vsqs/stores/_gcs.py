@@ -32,7 +32,7 @@ from urllib.parse import quote, urlencode
 
 from .._errors import UnsupportedStore
 from ._fsspec import FsspecObjects
-from ._object_io import http_date
+from ._object_io import PartlyFailed, http_date, partly_failed
 
 #: Names of one listing page (the JSON API's most).
 _PAGE = 1000
@@ -154,10 +154,15 @@ class GCSObjects(FsspecObjects):
                     headers={"Content-Type": f'multipart/mixed; boundary="{boundary}"'},
                     data=f"{body}--{boundary}--\r\n",
                 )
+                statuses = _statuses(headers.get("Content-Type", ""), content)
+                partly_failed(
+                    [n for i, n in enumerate(names) if statuses.get(i) not in (200, 204, 404)]
+                )
+        except PartlyFailed as exc:
+            return exc.names
         except OSError:  # the outcome is unknown
             return names
-        statuses = _statuses(headers.get("Content-Type", ""), content)
-        return [name for i, name in enumerate(names) if statuses.get(i) not in (200, 204, 404)]
+        return []
 
     def create(self, name: str, data: bytes) -> None:
         from fsspec.asyn import sync

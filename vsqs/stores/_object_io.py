@@ -31,6 +31,23 @@ def http_date(value: str | None) -> float | None:
         return None
 
 
+class PartlyFailed(OSError):
+    """Raised inside a batch :meth:`ObjectIO.request` whose response names some
+    of its names as failed, so that the request counts as outcome ``error``;
+    :attr:`names` are those names (the adapter catches it and returns them)."""
+
+    def __init__(self, names: list[str]) -> None:
+        super().__init__(f"{len(names)} names of a batch failed")
+        self.names = names
+
+
+def partly_failed(names: list[str]) -> None:
+    """Raise :class:`PartlyFailed` if ``names`` (those a batch response says
+    failed) is not empty."""
+    if names:
+        raise PartlyFailed(names)
+
+
 class ObjectIO(ABC):
     """The requests an object store serves, for one queue prefix.
 

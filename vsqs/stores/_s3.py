@@ -31,7 +31,7 @@ from typing import Any
 
 from .._errors import InvalidArgument, UnsupportedStore
 from ._fsspec import FsspecObjects
-from ._object_io import http_date
+from ._object_io import PartlyFailed, http_date, partly_failed
 
 log = logging.getLogger("vsqs")
 
@@ -238,10 +238,12 @@ class S3Objects(FsspecObjects):
             try:
                 with self.request("delete"):
                     response = self._call("delete_objects", Delete={"Objects": keys, "Quiet": True})
+                    errors = response.get("Errors", ())
+                    partly_failed([error["Key"][len(self.prefix) :] for error in errors])
+            except PartlyFailed as exc:
+                failed.extend(exc.names)
             except OSError:
                 failed.extend(chunk)
-                continue
-            failed.extend(error["Key"][len(self.prefix) :] for error in response.get("Errors", ()))
         return failed
 
     def store_date(self) -> float | None:
