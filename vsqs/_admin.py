@@ -13,19 +13,45 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
+from . import _configure as configure
 from . import _inspect as inspect
 from . import _meter as meter
 from . import _names as names
-from ._config import QueueConfig
-from ._dead_letter import collect_origins, remove_records
+from ._config import (
+    ENV_DURABLE,
+    ENV_MAX_POLL_INTERVAL,
+    QueueConfig,
+    creation_sources,
+    env_flag,
+    env_seconds,
+    seconds,
+    warn_unknown_env,
+)
+from ._dead_letter import check_target, collect_origins, remove_records
 from ._dedup import Deduplicator
 from ._envelope import read_limit
 from ._errors import QueueNotFound, UnsupportedStore, storage_errors
 from ._message import Message, Owner, Progress, QueueStats, read_origin
 from ._publish import PublishAs, publish
+from ._receiver import DEFAULT_MAX_POLL_INTERVAL
 from .stores._base import Store, TooLarge
 
 log = logging.getLogger("vsqs")
+
+
+def client_settings(
+    durable: bool | None, new_grace: float | None, max_poll_interval: float | None
+) -> tuple[bool, float, float]:
+    """A client's own settings as given, else from their ``VSQS_*``
+    variables, else the defaults: ``durable``, ``new_grace`` and
+    ``max_poll_interval`` (checked). Names unknown ``VSQS_*`` variables in a
+    warning, once per process."""
+    warn_unknown_env()
+    durable = env_flag(ENV_DURABLE, True) if durable is None else durable
+    grace = inspect.default_new_grace() if new_grace is None else new_grace
+    poll = max_poll_interval
+    poll = env_seconds(ENV_MAX_POLL_INTERVAL, DEFAULT_MAX_POLL_INTERVAL) if poll is None else poll
+    return bool(durable), seconds(grace, "new_grace"), seconds(poll, "max_poll_interval")
 
 
 def open_config(
@@ -36,12 +62,13 @@ def open_config(
     durable: bool,
     unsafe_claims: bool,
     requested: dict[str, Any],
-) -> QueueConfig:
-    """The config of the queue in ``store``, made from ``requested`` when
-    ``create`` and there is none (:meth:`QueueConfig.create`); raises
-    :class:`QueueConfigError` where ``requested`` disagrees with it,
-    :class:`QueueNotFound` without one."""
+) -> configure.LiveConfig:
+    """The config of the queue in ``store`` (its newest version), made from
+    ``requested`` when ``create`` and there is none
+    (:meth:`QueueConfig.create`); raises :class:`QueueConfigError` where
+    ``requested`` disagrees with it, :class:`QueueNotFound` without one."""
     url = store.url
+    check_target(requested.get("dead_letter"), url, given=True)  # before anything is created
     with storage_errors(f"opening {url}"):
         if not store.ensure(create):
             raise QueueNotFound(f"no queue at {url}")
@@ -52,14 +79,15 @@ def open_config(
             if not create:
                 raise QueueNotFound(f"no queue at {url} (no vsqs config in it)") from None
             config = QueueConfig.create(requested)
+            data = config.to_json(sources=creation_sources(requested))
             message_id = clock.next_id()
-            if publish(
-                store, durable, message_id, config.to_json(), names.CONFIG_NAME, replace_new=False
-            ):
-                return config
-            config = QueueConfig.from_json(store.read(names.CONFIG_NAME), url)
-        config.check_agrees(requested, url)
-        return config
+            if not publish(store, durable, message_id, data, names.CONFIG_NAME, replace_new=False):
+                config = QueueConfig.from_json(store.read(names.CONFIG_NAME), url)
+        live = configure.LiveConfig(store, clock.clock, config, requested)
+        config = live.load()
+        config.check_agrees(requested, url, live.version.sources)
+    check_target(config.dead_letter, url, given=False)  # another client's
+    return live
 
 
 def check_claims(store: Store, unsafe_claims: bool) -> None:
@@ -161,4 +189,5 @@ def gc(
         removed += collect_origins(store, now, new_grace_ms)
         dedup, publish = records
         removed += dedup.collect(list(store.list()), publish)
+        removed += configure.collect(store, now)
         return removed + store.take_repairs()

@@ -1,8 +1,10 @@
-"""The queue's config object: written once, by exclusive create, read by every client."""
+"""The queue's config object: each version written once, by exclusive create
+(versions after the first: :mod:`._configure`), read by every client."""
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from collections.abc import Callable
@@ -59,7 +61,72 @@ ENV_NEW_GRACE = "VSQS_NEW_GRACE"
 #: listing again (object stores).
 ENV_MAX_POLL_INTERVAL = "VSQS_MAX_POLL_INTERVAL"
 
+#: Every ``VSQS_*`` variable that is a setting (docs/settings.md).
+SETTINGS_ENV = (
+    ENV_VISIBILITY_TIMEOUT,
+    ENV_RETRY_DELAY,
+    ENV_MAX_RETRY_DELAY,
+    ENV_MAX_MESSAGE_SIZE,
+    ENV_DURABLE,
+    ENV_NEW_GRACE,
+    ENV_MAX_POLL_INTERVAL,
+)
+#: The environment variables ``vsqs consume`` sets for each command it runs
+#: (:mod:`vsqs.cli._consume`). They are not settings: nothing in vsqs reads them as such.
+COMMAND_ENV = (
+    "VSQS_MESSAGE_ID",
+    "VSQS_RECEIPT",
+    "VSQS_RECEIVE_COUNT",
+    "VSQS_GROUP",
+    "VSQS_ATTRIBUTES",
+    "VSQS_QUEUE",
+)
+#: ``VSQS_*`` variables that are not settings and draw no warning: the log
+#: level of the ``vsqs`` command, :data:`COMMAND_ENV`, and those of vsqs's
+#: own test suite.
+NOT_SETTINGS_ENV = (
+    "VSQS_LOG_LEVEL",
+    *COMMAND_ENV,
+    "VSQS_REQUIRE_CEPH",
+    "VSQS_SPARK_MASTER",
+    "VSQS_EXECUTOR_PYTHONPATH",
+)
+#: Prefixes of the test suite's own variables (the simulation's, the Celery and
+#: Django tests').
+NOT_SETTINGS_PREFIXES = ("VSQS_SIM_", "VSQS_CELERY_", "VSQS_DJANGO_")
+_warned_env = False
+
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def unknown_env(environ: dict[str, str] | None = None) -> list[str]:
+    """The ``VSQS_*`` variables set in ``environ`` (``os.environ``) that vsqs
+    does not know, sorted: a misspelled setting is one."""
+    env = os.environ if environ is None else environ
+    return sorted(
+        var
+        for var in env
+        if var.startswith("VSQS_")
+        and var not in SETTINGS_ENV
+        and var not in NOT_SETTINGS_ENV
+        and not var.startswith(NOT_SETTINGS_PREFIXES)
+    )
+
+
+def warn_unknown_env() -> None:
+    """Name the unknown ``VSQS_*`` variables in one WARNING line, once per
+    process (the first time a queue is opened with any set)."""
+    global _warned_env
+    if _warned_env:
+        return
+    unknown = unknown_env()
+    if unknown:
+        _warned_env = True
+        logging.getLogger("vsqs").warning(
+            "unknown VSQS_* environment variables ignored: %s (the settings: %s)",
+            ", ".join(unknown),
+            ", ".join(SETTINGS_ENV),
+        )
 
 
 def _env_number(var: str, parse: Callable[[str], N], what: str) -> N | None:
@@ -121,6 +188,31 @@ def retry_delays(retry_delay: object, max_retry_delay: object) -> tuple[float, f
     if cap < base:
         raise InvalidArgument(f"max_retry_delay ({cap:g}) must be at least retry_delay ({base:g})")
     return base, cap
+
+
+#: The environment variable each stored setting falls back to at creation.
+_SETTING_ENV = {
+    "visibility_timeout": ENV_VISIBILITY_TIMEOUT,
+    "retry_delay": ENV_RETRY_DELAY,
+    "max_retry_delay": ENV_MAX_RETRY_DELAY,
+    "max_message_size": ENV_MAX_MESSAGE_SIZE,
+}
+
+
+def creation_sources(requested: dict[str, Any]) -> dict[str, str]:
+    """Where each setting of :meth:`QueueConfig.create` comes from:
+    ``"explicit"`` (given), the name of its ``VSQS_*`` variable (set), or
+    ``"default"``. Stored in the config object as ``sources``."""
+    out = {}
+    for f in fields(QueueConfig):
+        var = _SETTING_ENV.get(f.name)
+        if requested.get(f.name) is not None:
+            out[f.name] = "explicit"
+        elif var is not None and os.environ.get(var, "").strip():
+            out[f.name] = var
+        elif f.metadata.get("setting", True):
+            out[f.name] = "default"
+    return out
 
 
 _CHECKS: dict[str, Callable[[Any, str], Any]] = {
@@ -190,7 +282,8 @@ class QueueConfig:
     def create(cls, requested: dict[str, Any]) -> QueueConfig:
         """The config of a queue this process creates: each setting from
         ``requested`` (the creator's arguments; ``None``: not given), else its
-        ``VSQS_*`` environment variable, else the built-in default."""
+        ``VSQS_*`` environment variable, else the built-in default
+        (:func:`creation_sources` says which)."""
         defaults = {
             "visibility_timeout": env_seconds(ENV_VISIBILITY_TIMEOUT, DEFAULT_VISIBILITY_TIMEOUT),
             "retry_delay": retry_seconds(
@@ -203,8 +296,10 @@ class QueueConfig:
         }
         return cls(**defaults | {k: v for k, v in requested.items() if v is not None})
 
-    def to_json(self) -> bytes:
-        doc = asdict(self)
+    def to_json(self, **extra: object) -> bytes:
+        """The config object's bytes; ``extra`` keys (not settings: readers
+        ignore keys they do not know) go beside the settings."""
+        doc = extra | asdict(self)
         return json.dumps(doc, indent=1, sort_keys=True).encode() + b"\n"
 
     @classmethod
@@ -228,11 +323,17 @@ class QueueConfig:
         except InvalidArgument as exc:
             raise QueueConfigError(f"{where}: invalid queue config: {exc}") from None
 
-    def check_agrees(self, requested: dict[str, Any], where: str) -> None:
-        """Refuse to open a queue with defaults that differ from its config."""
+    def check_agrees(
+        self, requested: dict[str, Any], where: str, sources: dict[str, str] | None = None
+    ) -> None:
+        """Refuse to open a queue with defaults that differ from its config
+        (``sources``: where its values came from, to say which changed)."""
         for key, value in requested.items():
             if value is not None and getattr(self, key) != value:
+                how = (sources or {}).get(key, "")
+                how = "was changed to" if how.startswith("changed") else "was created with"
                 raise QueueConfigError(
-                    f"{where} was created with {key}={getattr(self, key)!r}, not {value!r}; "
-                    "queue defaults are fixed at creation (override per call instead)"
+                    f"{where} {how} {key}={getattr(self, key)!r}, not {value!r}; a queue's "
+                    "settings are its config's (override per call, or change them: "
+                    "vsqs config, Queue.configure)"
                 )

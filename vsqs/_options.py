@@ -1,10 +1,11 @@
 """The options of a ``consume`` (sync, asyncio and Spark alike) and its retry policy.
 
 Each setting a ``consume`` reads comes from the first of: the argument of the
-call, the queue's config (which its creator wrote once from its own
-arguments, else the ``VSQS_*`` environment variables, else the built-in
-defaults: :meth:`QueueConfig.create`), and for the settings a config does
-not hold, their defaults. :meth:`ConsumeOptions.resolve` is where a call's
+call, the queue's config (which its creator wrote from its own arguments,
+else the ``VSQS_*`` environment variables, else the built-in defaults:
+:meth:`QueueConfig.create`; a change made since applies from the client's
+next look at it), and for the settings a config does not hold, their
+defaults. :meth:`ConsumeOptions.resolve` is where a call's
 arguments meet the config: every face builds one :class:`ConsumeOptions`
 from its keyword arguments and runs the :class:`ConsumePlan` it resolves to.
 
@@ -75,14 +76,44 @@ class RetryPolicy:
 
 @dataclass(frozen=True)
 class ConsumePlan:
-    """What one ``consume`` runs with, every setting decided: :meth:`ConsumeOptions.resolve`."""
+    """What one ``consume`` runs with (:meth:`ConsumeOptions.resolve`): each
+    setting given, else the queue's, read from ``config()`` at each use, so
+    that a change of the queue's settings reaches a ``consume`` under way."""
 
-    visibility_timeout: float
-    retry: RetryPolicy
-    max_messages: int | None
-    idle_timeout: float | None
-    stop: Stop | None
-    concurrency: int = 1
+    options: ConsumeOptions
+    config: Callable[[], QueueConfig]
+    #: The retry policy at the start: kept if a change makes the one of the
+    #: settings given and the queue's new ones invalid (a cap below the delay).
+    first_retry: RetryPolicy
+
+    @property
+    def visibility_timeout(self) -> float:
+        given = self.options.visibility_timeout
+        return self.config().visibility_timeout if given is None else float(given)
+
+    @property
+    def retry(self) -> RetryPolicy:
+        try:
+            return self.options.retry_policy(self.config())
+        except InvalidArgument:
+            return self.first_retry
+
+    @property
+    def max_messages(self) -> int | None:
+        return self.options.max_messages
+
+    @property
+    def idle_timeout(self) -> float | None:
+        given = self.options.idle_timeout
+        return None if given is None else float(given)
+
+    @property
+    def stop(self) -> Stop | None:
+        return self.options.stop
+
+    @property
+    def concurrency(self) -> int:
+        return 1 if self.options.concurrency is None else self.options.concurrency
 
 
 @dataclass(frozen=True)
@@ -122,25 +153,21 @@ class ConsumeOptions:
             if (value := getattr(self, name)) is not None:
                 retry_seconds(value, name)
 
-    def resolve(self, config: QueueConfig) -> ConsumePlan:
-        """The plan of a ``consume`` of the queue whose config is ``config``:
-        each setting given here, else the config's. A ``max_retry_delay``
-        that ends up below the ``retry_delay`` is an :class:`InvalidArgument`."""
-        retry = RetryPolicy(
+    def retry_policy(self, config: QueueConfig) -> RetryPolicy:
+        """The retry delays given here, else ``config``'s."""
+        return RetryPolicy(
             config.retry_delay if self.retry_delay is None else self.retry_delay,
             config.max_retry_delay if self.max_retry_delay is None else self.max_retry_delay,
             random.random if self.jitter is None else self.jitter,
         )
-        return ConsumePlan(
-            visibility_timeout=config.visibility_timeout
-            if self.visibility_timeout is None
-            else float(self.visibility_timeout),
-            retry=retry,
-            max_messages=self.max_messages,
-            idle_timeout=None if self.idle_timeout is None else float(self.idle_timeout),
-            stop=self.stop,
-            concurrency=1 if self.concurrency is None else self.concurrency,
-        )
+
+    def resolve(self, config: QueueConfig | Callable[[], QueueConfig]) -> ConsumePlan:
+        """The plan of a ``consume`` of the queue whose config is ``config``
+        (or, at each use, what ``config()`` returns): each setting given
+        here, else the config's. A ``max_retry_delay`` that ends up below the
+        ``retry_delay`` is an :class:`InvalidArgument`."""
+        current = config if callable(config) else lambda: config
+        return ConsumePlan(self, current, self.retry_policy(current()))
 
 
 __all__ = ["ConsumeOptions", "ConsumePlan", "RetryPolicy"]

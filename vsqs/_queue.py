@@ -1,11 +1,10 @@
 """The :class:`Queue` facade: the state machine of ``docs/format.md`` over any
 :class:`~vsqs.stores._base.Store`.
 
-It checks its arguments and that it is open, and delegates each concern to
-its own module below it: opening and the admin operations (:mod:`._admin`),
-publishing (:mod:`._publish`), receiving (:mod:`._receiver`), settling
-receipts (:mod:`._settle`), dead letters (:mod:`._dead_letter`) and the
-worker loop (:mod:`._crew`).
+It checks its arguments, that it is open and (every 10 s) its config, and
+delegates each concern to its own module below it: :mod:`._admin`,
+:mod:`._configure`, :mod:`._teardown`, :mod:`._publish`, :mod:`._receiver`,
+:mod:`._settle`, :mod:`._dead_letter` and :mod:`._crew`.
 """
 
 from __future__ import annotations
@@ -18,17 +17,8 @@ from typing import Any
 
 from . import _admin as admin
 from . import _crew as crew
-from . import _inspect as inspect
-from ._config import (
-    ENV_DURABLE,
-    ENV_MAX_POLL_INTERVAL,
-    env_flag,
-    env_seconds,
-    positive_int,
-    requested,
-    seconds,
-)
-from ._dead_letter import DeadLetters, check_target, dead_letter_location, dead_letter_url
+from ._config import QueueConfig, positive_int, requested, seconds
+from ._dead_letter import DeadLetters, dead_letter_location, dead_letter_url
 from ._dedup import Deduplicator
 from ._envelope import check_key, group_token
 from ._errors import QueueClosed
@@ -45,8 +35,9 @@ from ._message import (
 from ._options import ConsumeOptions
 from ._outgoing import Outgoing, Prepared, prepare
 from ._publish import Publisher
-from ._receiver import DEFAULT_MAX_POLL_INTERVAL, Receiver
+from ._receiver import Receiver
 from ._settle import Settler
+from ._teardown import DeletedQueue, delete_queue
 from .stores._base import Store
 from .stores._registry import open_store
 
@@ -71,9 +62,9 @@ class Queue:
     ``max_retry_delay``, ``max_message_size``, ``dedup_window``,
     ``content_dedup`` and ``dead_letter_blocks_group`` are the queue's
     settings, written into its config when this call creates it and checked
-    against it otherwise; the others are this client's. What is left out
-    comes from the queue's config, then ``VSQS_*`` environment variables,
-    then built-in values (docs/settings.md). No file is read but the queue's.
+    against it otherwise (:meth:`configure` changes some); the others are this
+    client's. What is left out comes from the queue's config, then ``VSQS_*``
+    environment variables, then built-in values (docs/settings.md).
 
     ``max_message_size`` (bytes): a larger send raises :class:`MessageTooLarge`;
     a larger message is never read. ``max_poll_interval``: on object stores, how
@@ -107,19 +98,11 @@ class Queue:
         self._storage_options = storage_options
         self._unsafe_claims = bool(unsafe_claims)
         self.url = self._store.url
-        durable = env_flag(ENV_DURABLE, True) if durable is None else durable
-        self.durable = bool(durable) and self._store.durable
+        durable, new_grace, poll = admin.client_settings(durable, new_grace, max_poll_interval)
+        self.durable = durable and self._store.durable
         self._clock = self._store.ms_clock(clock)
-        new_grace = inspect.default_new_grace() if new_grace is None else new_grace
-        self._new_grace_ms = int(seconds(new_grace, "new_grace") * 1000)
-        poll = max_poll_interval
-        poll = (
-            env_seconds(ENV_MAX_POLL_INTERVAL, DEFAULT_MAX_POLL_INTERVAL) if poll is None else poll
-        )
-        self._dead_letters = DeadLetters(
-            self._store, self._open_dead_letter, lambda: self.config.dead_letter_blocks_group
-        )
-        poll = seconds(poll, "max_poll_interval")
+        self._new_grace_ms = int(new_grace * 1000)
+        self._dead_letters = self._new_dead_letters()
         self._receiver = Receiver(self._store, self._clock, self._new_grace_ms, poll)
         self._dedup = Deduplicator(self._store, self._clock, self.durable, lambda: self.config)
         self._publisher = Publisher(
@@ -127,41 +110,35 @@ class Queue:
         )
         self._settler = Settler(self, self._store, self._clock, self._receiver)
         settings = requested(
-            visibility_timeout=visibility_timeout,
-            max_receives=max_receives,
-            dead_letter=dead_letter,
-            retry_delay=retry_delay,
-            max_retry_delay=max_retry_delay,
-            max_message_size=max_message_size,
-            dedup_window=dedup_window,
-            content_dedup=content_dedup,
-            dead_letter_blocks_group=dead_letter_blocks_group,
-        )
+            visibility_timeout=visibility_timeout, max_receives=max_receives,
+            dead_letter=dead_letter, retry_delay=retry_delay, max_retry_delay=max_retry_delay,
+            max_message_size=max_message_size, dedup_window=dedup_window,
+            content_dedup=content_dedup, dead_letter_blocks_group=dead_letter_blocks_group,
+        )  # fmt: skip
         try:
-            check_target(dead_letter, self.url, given=True)  # before anything is created
-            self.config = admin.open_config(
+            self._live = admin.open_config(
                 self._store, self._clock, create=create, durable=self.durable,
                 unsafe_claims=self._unsafe_claims, requested=settings,
             )  # fmt: skip
-            check_target(self.config.dead_letter, self.url, given=False)  # another client's
+            self.config = self._live.version.config
             if self.config.dead_letter_blocks_group:
                 self._receiver.unblock = self._dead_letters.unblock
         except BaseException:
             self.close()
             raise
 
+    def _new_dead_letters(self) -> DeadLetters:
+        blocks = lambda: self.config.dead_letter_blocks_group  # noqa: E731
+        return DeadLetters(self._store, self._open_dead_letter, blocks)
+
     def _open_dead_letter(self, create: bool) -> Queue:
         location = dead_letter_location(self.config.dead_letter, self._store)
         assert location is not None
-        nearby = isinstance(location, Store)
+        options = None if isinstance(location, Store) else self._storage_options
         return Queue(
-            location,
-            storage_options=None if nearby else self._storage_options,
-            create=create,
-            durable=self.durable,
-            clock=self.clock,
-            unsafe_claims=self._unsafe_claims,
-        )
+            location, storage_options=options, create=create,
+            durable=self.durable, clock=self.clock, unsafe_claims=self._unsafe_claims,
+        )  # fmt: skip
 
     def _vt_ms(self, visibility_timeout: float | None) -> int:
         if visibility_timeout is None:  # on every receive: no call
@@ -213,6 +190,13 @@ class Queue:
     def _check_open(self) -> None:
         if self._closed:
             raise QueueClosed(f"{self.url}: the queue is closed")
+        self._adopt(self._live.refresh())  # a look at most every 10 s
+
+    def _adopt(self, config: QueueConfig | None) -> None:
+        old, self.config = self.config, config or self.config
+        if old.dead_letter != self.config.dead_letter:  # the new one opens on first use
+            dead, self._dead_letters = self._dead_letters, self._new_dead_letters()
+            dead.close()
 
     def __enter__(self) -> Queue:
         return self
@@ -327,15 +311,11 @@ class Queue:
         self._check_open()
         positive_int(max_messages, "max_messages")
         claims = self._receiver.receive(
-            max_messages,
-            self._vt_ms(visibility_timeout),
-            seconds(wait, "wait"),
-            stop=stop,
-            max_receives=self.config.max_receives,
-            exhausted=self._dead_letters.take,
+            max_messages, self._vt_ms(visibility_timeout), seconds(wait, "wait"), stop=stop,
+            max_receives=self.config.max_receives, exhausted=self._dead_letters.take,
             max_size=self.config.max_message_size,
             target=None if group is None else group_token(check_key(group, "group")),
-        )
+        )  # fmt: skip
         got = [
             Message(self, c.id, c.body, c.name, c.receive_count, origins=c.origin) for c in claims
         ]
@@ -343,7 +323,6 @@ class Queue:
             hold(message).give_back = self._receiver.give_back
         return got
 
-    # ----------------------------------------------------------- by receipt
     def delete(self, msg_or_receipt: Message | str) -> None:
         """Acknowledge a received message: remove it for good.
 
@@ -403,7 +382,6 @@ class Queue:
         self._check_open()
         return self._settler.release_batch(msgs_or_receipts, delay=delay)
 
-    # ----------------------------------------------------------- inspection
     def peek(self, max_messages: int = 10) -> list[Message]:
         """Up to ``max_messages`` visible messages, oldest first, without receiving them.
 
@@ -446,12 +424,11 @@ class Queue:
 
         On every store: ``.new`` objects of crashed writers and origin records
         of dead letters whose message is gone, older than the grace period,
-        are removed. On object stores, moves a crashed client
-        left half done (older than ``FINISH_AFTER``) are finished, and their
-        spent markers and the capability probes of killed clients removed;
-        the sources of finished moves and the removed objects are returned
-        too. Receivers do the same as they list; this does it now, with one
-        listing of the whole queue.
+        and config versions an hour out of date are removed. On object stores,
+        moves a crashed client left half done (older than ``FINISH_AFTER``) are
+        finished, and their spent markers and the capability probes of killed
+        clients removed; the sources of finished moves and the removed objects
+        are returned too. Receivers do the same as they list; this does it now.
 
         Safe while producers and consumers run: a ``.new`` younger than the
         grace period is a send under way, and a younger marker a move under
@@ -460,6 +437,28 @@ class Queue:
         self._check_open()
         records = (self._dedup, self._publisher.publish_as)
         return admin.gc(self._store, self._clock, self._new_grace_ms, progress, records)
+
+    def configure(self, **settings: Any) -> QueueConfig:
+        """Change the queue's settings for every client; return the new config.
+
+        Can change: ``visibility_timeout``, ``max_receives`` and ``dead_letter``
+        (both or neither; ``None``: none), ``retry_delay``, ``max_retry_delay``,
+        ``max_message_size``, ``content_dedup``; the others raise
+        :class:`QueueConfigError` saying why. Safe while clients run, and no
+        racing change is lost; every client uses the new values in the calls it
+        begins 10 s after this returned (docs/administration.md)."""
+        self._check_open()
+        self._adopt(self._live.change(settings, durable=self.durable, clock=self._clock))
+        return self.config
+
+    def delete_queue(self, *, force: bool = False) -> DeletedQueue:
+        """Delete everything vsqs wrote in the queue (its directory if then empty; not its
+        dead-letter queue); foreign files stay, named in the result. Refuses a queue with
+        messages (``QueueNotEmpty``) unless ``force``. Later calls raise QueueNotFound."""
+        self._check_open()
+        deleted = delete_queue(self._store, force=force)
+        self._live.gone = f"{self.url}: the queue was deleted"
+        return deleted
 
     # --------------------------------------------------------------- worker
     def consume(
@@ -494,7 +493,7 @@ class Queue:
             visibility_timeout, max_messages, idle_timeout, stop,
             retry_delay, max_retry_delay, jitter, concurrency,
         )  # fmt: skip
-        return crew.consume(self, handler, options.resolve(self.config))
+        return crew.consume(self, handler, options.resolve(lambda: self.config))
 
 
 __all__ = ["Queue"]

@@ -23,6 +23,7 @@ from .._message import Message
 from .._names import FORMAT_VERSION, READABLE_FORMATS
 from .._queue import Queue
 from .._settle import stale_receipt
+from ._admin import config, delete_queue
 from ._common import (
     SECONDS,
     F,
@@ -397,6 +398,8 @@ for _command in (
     metrics,
     consume,
     top,
+    config,
+    delete_queue,
 ):
     main.add_command(_command)
 

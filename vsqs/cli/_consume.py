@@ -31,6 +31,7 @@ from typing import Any, NoReturn
 
 import click
 
+from .. import _config as config
 from .. import _forks
 from .._message import Message
 from .._worker import POLL
@@ -38,17 +39,9 @@ from ._common import SECONDS, F, open_queue, queue_options
 from ._interrupt import STOP, checkpoint
 from ._report import Report, json_option
 
-#: The environment variables ``vsqs consume`` sets for each command it runs.
-#: They are not settings: nothing in vsqs reads them as such (other code,
-#: such as a check of unknown ``VSQS_*`` variables, may import this tuple).
-COMMAND_ENV = (
-    "VSQS_MESSAGE_ID",
-    "VSQS_RECEIPT",
-    "VSQS_RECEIVE_COUNT",
-    "VSQS_GROUP",
-    "VSQS_ATTRIBUTES",
-    "VSQS_QUEUE",
-)
+#: The environment variables ``vsqs consume`` sets for each command it runs
+#: (defined with the settings, whose unknown-variable check passes them by).
+COMMAND_ENV = config.COMMAND_ENV
 
 #: Seconds a command that ran past ``--timeout`` gets between SIGTERM and SIGKILL.
 KILL_GRACE = 5.0

@@ -10,6 +10,7 @@ import vsqs
 
 from ._clock import FakeClock
 from ._queue_admin import AdminTests
+from ._queue_config import ConfigTests
 from ._queue_dedup import AttributeTests, DedupTests
 from ._queue_flow import FlowTests
 from ._queue_groups import GroupTests
@@ -19,7 +20,15 @@ from ._suite import Suite
 
 
 class QueueTests(
-    Suite, FlowTests, ReceiptTests, AdminTests, WorkerTests, GroupTests, DedupTests, AttributeTests
+    Suite,
+    FlowTests,
+    ReceiptTests,
+    AdminTests,
+    ConfigTests,
+    WorkerTests,
+    GroupTests,
+    DedupTests,
+    AttributeTests,
 ):
     """Every promise of :class:`vsqs.Queue`, on the backend's ``store``.
 
