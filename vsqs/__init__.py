@@ -20,6 +20,7 @@ from ._errors import (
     NotAQueue,
     QueueClosed,
     QueueConfigError,
+    QueueNotEmpty,
     QueueNotFound,
     QueuePermissionError,
     ReceiptExpired,
@@ -29,6 +30,7 @@ from ._errors import (
 )
 from ._message import (
     DeadLettered,
+    DeletedQueue,
     DeleteResult,
     ExtendResult,
     Message,
@@ -53,6 +55,7 @@ __all__ = [
     "ClockSkew",
     "DeadLettered",
     "DeleteResult",
+    "DeletedQueue",
     "ExtendResult",
     "InvalidArgument",
     "InvalidBody",
@@ -67,6 +70,7 @@ __all__ = [
     "Queue",
     "QueueClosed",
     "QueueConfigError",
+    "QueueNotEmpty",
     "QueueNotFound",
     "QueuePermissionError",
     "QueueStats",

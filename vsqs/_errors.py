@@ -107,6 +107,10 @@ class QueueClosed(VsqsError):
     long poll under way in another thread ends at once)."""
 
 
+class QueueNotEmpty(VsqsError):
+    """A queue to delete still holds messages (delete them, or force it)."""
+
+
 class StorageError(VsqsError, OSError):
     """Any other failure of the underlying storage."""
 

@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from . import _forks
 from . import _names as names
@@ -380,3 +380,11 @@ class ReleaseResult(Settled):
     released: list[str]
     stale: list[str]
     failed: dict[str, StorageError]
+
+
+class DeletedQueue(NamedTuple):
+    """What :meth:`vsqs.Queue.delete_queue` did: the number of objects it
+    removed, and the foreign names it left (sorted)."""
+
+    removed: int
+    kept: list[str]

@@ -24,6 +24,7 @@ from ._envelope import check_key, group_token
 from ._errors import QueueClosed
 from ._message import (
     Body,
+    DeletedQueue,
     DeleteResult,
     ExtendResult,
     Message,
@@ -37,7 +38,7 @@ from ._outgoing import Outgoing, Prepared, prepare
 from ._publish import Publisher
 from ._receiver import Receiver
 from ._settle import Settler
-from ._teardown import DeletedQueue, delete_queue
+from ._teardown import delete_queue
 from .stores._base import Store
 from .stores._registry import open_store
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 import logging
 import os
 from contextlib import suppress
-from typing import NamedTuple
 
 from . import _names as names
 from ._configure import version_of
 from ._dedup import parse_name
-from ._errors import VsqsError, storage_errors
+from ._errors import QueueNotEmpty, storage_errors
+from ._message import DeletedQueue
 from .stores._base import OutcomeUnknown, Store
 from .stores._listing import SENDING_SUFFIX
 from .stores._local import LocalStore
@@ -27,18 +27,6 @@ from .stores._object import ObjectStore
 from .stores._probe import PROBE_PREFIX
 
 log = logging.getLogger("vsqs")
-
-
-class QueueNotEmpty(VsqsError):
-    """A queue to delete still holds messages (delete them, or force it)."""
-
-
-class DeletedQueue(NamedTuple):
-    """What :meth:`vsqs.Queue.delete_queue` did: the number of objects it
-    removed, and the foreign names it left (sorted)."""
-
-    removed: int
-    kept: list[str]
 
 
 def is_config(name: str) -> bool:
@@ -107,4 +95,4 @@ def delete_queue(store: Store, *, force: bool) -> DeletedQueue:
     return DeletedQueue(removed, kept)
 
 
-__all__ = ["DeletedQueue", "QueueNotEmpty", "delete_queue", "is_ours"]
+__all__ = ["delete_queue", "is_ours"]
