@@ -239,11 +239,6 @@ def test_a_move_takes_messages_and_leaves_config_versions(tmp_path: Path) -> Non
     assert not [p for p in (tmp_path / "dst").iterdir() if p.name.startswith("vsqs-config")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: _worker.FailureLog keeps the max_receives of the queue's first "
-    "consume, so after a change it says 'retrying' for a message that will be dead-lettered",
-)
 def test_a_consume_after_a_max_receives_change_logs_the_new_limit(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -78,7 +78,9 @@ class FailureLog:
 
     def __init__(self, queue: WorkerQueue) -> None:
         self._url = queue.url
-        self._max_receives = queue.config.max_receives  # fixed once the queue is open
+        # The queue's settings at each failure (they may change: vsqs config);
+        # weakly, since the log lives as long as the queue does.
+        self._queue = weakref.ref(queue)
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._lock = _forks.lock()
 
@@ -93,7 +95,8 @@ class FailureLog:
             if len(self._seen) > REMEMBERED_FAILURES:
                 self._seen.popitem(last=False)
         then = f"retrying in {delay:.3g} s"
-        limit = self._max_receives
+        queue = self._queue()
+        limit = None if queue is None else queue.config.max_receives
         if limit is not None and message.receive_count >= limit:
             then = (
                 f"not retried: that was its last receive (max_receives {limit}), "
