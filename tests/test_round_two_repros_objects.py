@@ -1,0 +1,163 @@
+"""Issue 26's reproductions (``tests/test_round_two_repros.py``) on real
+object-store servers: moto S3 (whole-second listing times, a ``Date`` on
+every response) and fake-gcs-server (milliseconds), plus GCS's two classes
+of cost (11, 12), counted on the wire through a logging proxy.
+
+Public API only: ``vsqs.Queue``, ``vsqs.redrive``, an ``ObjectIO`` wrapped
+from outside, ``ObjectStore`` with an injected ``clock``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+import pytest
+
+import vsqs
+
+from .support.fault_proxy import Exchange, FaultProxy
+from .support.servers import Server, proxied
+from .test_round_two_repros import (
+    WITHIN,
+    Options,
+    a_redrive_while_a_copy_is_extended_takes_another_id,
+    a_redrive_whose_record_delete_fails_succeeds,
+    a_redrives_late_record_delete_keeps_a_newer_record,
+    an_abandoned_claim_on_a_store_without_times_comes_back,
+    an_ack_whose_record_delete_fails_succeeds,
+    beyond_the_clock_bound_is_clock_skew,
+    fast_lister_leaves_a_live_batch_marker_alone,
+    fast_lister_leaves_a_live_probe_alone,
+    fast_lister_leaves_a_young_ack_alone,
+    one_failed_get_keeps_the_rest_of_a_batch,
+    purge_keeps_the_record_of_a_dead_letter_it_lost,
+    stalled_while_the_clock_steps_back,
+    stats_counts_an_abandoned_move_once_and_changes_nothing,
+    two_batches_of_one_queue_at_once_are_each_shown_whole,
+)
+
+
+@pytest.fixture(params=["s3_server", "gcs_server"])
+def server(request: pytest.FixtureRequest) -> Server:
+    return request.getfixturevalue(request.param)  # type: ignore[no-any-return]
+
+
+Scenario = Callable[[str, Options], None]
+
+SCENARIOS: dict[str, Scenario] = {
+    "26.3-redrive-record": a_redrives_late_record_delete_keeps_a_newer_record,
+    "26.3-purge-record": purge_keeps_the_record_of_a_dead_letter_it_lost,
+    "26.4-redrive-during-extend": a_redrive_while_a_copy_is_extended_takes_another_id,
+    "26.5-twin-batches": two_batches_of_one_queue_at_once_are_each_shown_whole,
+    "26.6-stats": stats_counts_an_abandoned_move_once_and_changes_nothing,
+    "26.8-no-listing-times": an_abandoned_claim_on_a_store_without_times_comes_back,
+    "26.9-failed-get": one_failed_get_keeps_the_rest_of_a_batch,
+    "26.10-ack": an_ack_whose_record_delete_fails_succeeds,
+    "26.10-redrive": a_redrive_whose_record_delete_fails_succeeds,
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_26_scenario_on_a_server(server: Server, scenario: str) -> None:
+    SCENARIOS[scenario](server.url(), server.storage_options)
+
+
+@pytest.mark.parametrize("offset", WITHIN)
+def test_26_1_a_fast_lister_leaves_a_young_ack_alone(server: Server, offset: float) -> None:
+    fast_lister_leaves_a_young_ack_alone(server.url(), server.storage_options, offset)
+
+
+@pytest.mark.parametrize("offset", WITHIN)
+def test_26_1_a_fast_lister_leaves_a_live_batch_marker_alone(server: Server, offset: float) -> None:
+    fast_lister_leaves_a_live_batch_marker_alone(server.url(), server.storage_options, offset)
+
+
+@pytest.mark.parametrize("offset", WITHIN)
+def test_26_1_a_fast_lister_leaves_a_live_probe_alone(server: Server, offset: float) -> None:
+    fast_lister_leaves_a_live_probe_alone(server.url(), server.storage_options, offset)
+
+
+@pytest.mark.parametrize("offset", [-60.0, 60.0])
+def test_26_1_a_host_beyond_the_bound_gets_clock_skew(server: Server, offset: float) -> None:
+    beyond_the_clock_bound_is_clock_skew(server.url(), server.storage_options, offset)
+
+
+@pytest.mark.parametrize("call", ["delete", "extend", "release"])
+def test_26_2_a_request_stalled_while_the_clock_steps_back_is_not_stale(
+    server: Server, call: str
+) -> None:
+    stalled_while_the_clock_steps_back(server.url(), server.storage_options, call)
+
+
+# ------------------------------------------------ GCS on the wire (11, 12)
+def is_listing(exchange: Exchange) -> bool:
+    """A GCS objects listing: ``GET /storage/v1/b/<bucket>/o?...``."""
+    return exchange.method == "GET" and urlsplit(exchange.path).path.endswith("/o")
+
+
+def is_single_delete(exchange: Exchange) -> bool:
+    return exchange.method == "DELETE"
+
+
+def is_batch(exchange: Exchange) -> bool:
+    return exchange.method == "POST" and "/batch/" in exchange.path
+
+
+def fill(q: vsqs.Queue, count: int) -> None:
+    for start in range(0, count, 256):
+        q.send_batch([b"%d" % i for i in range(start, min(count, start + 256))])
+
+
+def test_26_11_a_receive_on_gcs_lists_one_page_of_its_own_queue(
+    gcs_server: Server, gcs_proxy: FaultProxy
+) -> None:
+    """Class 11: reading the first name of a backlog paged through every
+    object (25 LIST pages for 25 000 messages). Here 2 500 messages, and as
+    many in a queue beside it: a receive reads one page, of its own prefix."""
+    url = gcs_server.url()
+    fill(vsqs.Queue(url, storage_options=gcs_server.storage_options), 2_500)
+    beside = url.rsplit("/", 1)[0] + "/p"  # sorts before "q": read first by a prefix-less listing
+    fill(vsqs.Queue(beside, storage_options=gcs_server.storage_options), 2_500)
+    q = vsqs.Queue(url, storage_options=proxied(gcs_server, gcs_proxy))
+    q.send(b"warm-up")  # the probe, the clock and the config are read
+    gcs_proxy.arm(None)
+    msg = q.receive()
+    assert msg is not None and msg.body == b"0"
+    listings = [e for e in gcs_proxy.exchanges if is_listing(e)]
+    assert len(listings) <= 2, [e.path for e in listings]
+    prefix = urlsplit(url).path.strip("/")
+    assert all("prefix=" in e.path for e in listings), [e.path for e in listings]
+    assert all(prefix.split("/")[0] in e.path for e in listings), [e.path for e in listings]
+
+
+def test_26_12_gcs_deletes_in_batches_and_off_the_claims_path(
+    gcs_server: Server, gcs_proxy: FaultProxy
+) -> None:
+    """Class 12: after ``delete_batch(100)``, every claim of the next
+    ``receive_batch(100)`` first sent the held-back deletions one by one.
+    Deletions go 100 to a batch request; the claims' own requests carry none."""
+    url = gcs_server.url()
+    q = vsqs.Queue(url, storage_options=proxied(gcs_server, gcs_proxy), visibility_timeout=60)
+    fill(q, 200)
+    first = q.receive_batch(100)
+    while len(first) < 100:
+        more = q.receive_batch(100 - len(first))
+        assert more, "the messages sent are not all received"
+        first += more
+    gcs_proxy.arm(None)
+    result = q.delete_batch(first)
+    assert len(result.deleted) == 100, result
+    second: list[vsqs.Message] = []
+    while len(second) < 100:
+        more = q.receive_batch(100 - len(second))
+        assert more, "the messages sent are not all received"
+        second += more
+    deletes = [e for e in gcs_proxy.exchanges if is_single_delete(e)]
+    batches = [e for e in gcs_proxy.exchanges if is_batch(e)]
+    assert len(deletes) <= 5, f"{len(deletes)} single DELETEs"
+    # 100 acked objects, then their markers; the second batch's 100 sources.
+    assert len(batches) <= math.ceil(300 / 100) + 3, f"{len(batches)} batch requests"
+    q.delete_batch(second)
+    q.close()
