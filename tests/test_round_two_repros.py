@@ -21,7 +21,6 @@ import shutil
 import signal
 import threading
 import time
-import traceback
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -34,6 +33,8 @@ import vsqs
 import vsqs.aio
 from vsqs.stores import LocalStore, ObjectIO, ObjectStore
 from vsqs.testing import FakeClock
+
+from .test_fork import in_a_child
 
 #: How long a thread or a child may take before it counts as hung (generous:
 #: only a hang reaches it).
@@ -293,32 +294,6 @@ def test_27_3_a_sender_and_a_peek_on_a_replaced_directory_raise_queue_not_found(
             call()
 
 
-def in_a_child(work: Callable[[], object]) -> None:
-    """Fork; the child runs ``work`` and exits 0 (1 if it raised); fail unless it
-    exits 0 within :data:`HUNG` seconds (a hung child is killed)."""
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            work()
-            code = 0
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            os._exit(code)
-    deadline = time.monotonic() + HUNG
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            pytest.fail("the forked child hung")
-        time.sleep(0.01)
-    assert os.waitstatus_to_exitcode(status) == 0, "the forked child failed"
-
-
 def child_round_trip(q: vsqs.Queue) -> None:
     q.send(b"from the child")
     got = q.receive(wait=30)
@@ -363,6 +338,22 @@ def test_27_4_fork_while_a_thread_is_inside_a_receive_leaves_the_child_working(
     assert not errors
 
 
+def forks_beside(
+    work: Callable[[threading.Event], None], child: Callable[[], object], times: int
+) -> list[BaseException]:
+    """Fork ``times`` children running ``child`` while a thread runs ``work``
+    until told to stop; what the thread raised."""
+    stop = threading.Event()
+    thread, errors = in_thread(lambda: work(stop))
+    try:
+        for _ in range(times):
+            in_a_child(child)
+    finally:
+        stop.set()
+        thread.join(HUNG)
+    return errors
+
+
 def test_27_4_fork_while_a_thread_extends_a_held_message_leaves_the_child_working(
     tmp_path: Path,
 ) -> None:
@@ -373,9 +364,8 @@ def test_27_4_fork_while_a_thread_extends_a_held_message_leaves_the_child_workin
     q.send(b"held")
     held = q.receive()
     assert held is not None
-    stop = threading.Event()
 
-    def extend_in_a_loop() -> None:
+    def extend_in_a_loop(stop: threading.Event) -> None:
         while not stop.is_set():
             held.extend(3600)
 
@@ -384,13 +374,7 @@ def test_27_4_fork_while_a_thread_extends_a_held_message_leaves_the_child_workin
             held.extend(3600)
         child_round_trip(q)
 
-    thread, errors = in_thread(extend_in_a_loop)
-    try:
-        for _ in range(10):
-            in_a_child(child)
-    finally:
-        stop.set()
-        thread.join(HUNG)
+    errors = forks_beside(extend_in_a_loop, child, 10)
     # A child's extend that came first makes the parent's receipt stale (a
     # receipt acts once, whichever process uses it first).
     assert all(isinstance(e, vsqs.ReceiptExpired) for e in errors), errors
@@ -401,10 +385,9 @@ def test_27_4_repeated_forks_beside_a_receiving_thread_never_hang(tmp_path: Path
     forks 20 times; each child receives (nothing, at once) and sends, and the
     parent's thread receives all 20."""
     q = vsqs.Queue(str(tmp_path / "q"))
-    stop = threading.Event()
     got: list[bytes] = []
 
-    def poll() -> None:
+    def poll(stop: threading.Event) -> None:
         while not stop.is_set() or len(got) < 20:
             msg = q.receive(wait=0.01)
             if msg is not None:
@@ -415,13 +398,7 @@ def test_27_4_repeated_forks_beside_a_receiving_thread_never_hang(tmp_path: Path
         q.receive()
         q.send(b"from a child")
 
-    thread, errors = in_thread(poll)
-    try:
-        for _ in range(20):
-            in_a_child(child)
-    finally:
-        stop.set()
-        thread.join(HUNG)
+    errors = forks_beside(poll, child, 20)
     assert not errors and got == [b"from a child"] * 20, (errors, got)
 
 
@@ -491,15 +468,32 @@ def test_27_5_close_wakes_a_long_poll_in_another_thread(
     assert len(errors) == 1 and isinstance(errors[0], vsqs.QueueClosed), errors
 
 
-def test_27_5_closing_the_asyncio_facade_ends_its_long_poll(tmp_path: Path) -> None:
-    """The facade's ``close()`` ends a long poll under way; every later call
-    raises ``QueueClosed``."""
+AIO_CLOSE_WHILE_OPENING = (
+    "issue 27 class 5 (aio): a receive begun as a fresh facade opens, closed meanwhile, "
+    "raises RuntimeError('cannot schedule new futures after shutdown'), not QueueClosed "
+    "(vsqs/aio.py receive_batch submits to the shut-down executor after open())"
+)
+
+
+@pytest.mark.parametrize(
+    "opened",
+    [
+        True,
+        pytest.param(False, marks=pytest.mark.xfail(strict=True, reason=AIO_CLOSE_WHILE_OPENING)),
+    ],
+    ids=["opened", "while-opening"],
+)
+def test_27_5_closing_the_asyncio_facade_ends_its_long_poll(tmp_path: Path, opened: bool) -> None:
+    """The facade's ``close()`` ends a long poll under way (begun on an open
+    facade, or as its first call, which opens it); every later call raises
+    ``QueueClosed``."""
 
     async def main() -> None:
         q = vsqs.aio.Queue(str(tmp_path / "q"))
-        await q.open()
+        if opened:
+            await q.open()
         poll = asyncio.ensure_future(q.receive(wait=3600))
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # the receive waits (or opens the queue) in the executor
         await q.close()
         try:
             ended = await asyncio.wait_for(poll, HUNG)
@@ -508,29 +502,6 @@ def test_27_5_closing_the_asyncio_facade_ends_its_long_poll(tmp_path: Path) -> N
         assert ended is None
         with pytest.raises(vsqs.QueueClosed):
             await q.send(b"x")
-
-    asyncio.run(main())
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 27 class 5 (aio): a receive begun as a fresh facade opens, closed "
-    "meanwhile, raises RuntimeError('cannot schedule new futures after shutdown'), not "
-    "QueueClosed (vsqs/aio.py receive_batch submits to the shut-down executor after open())",
-)
-def test_27_5_closing_the_asyncio_facade_while_its_first_receive_opens_it(
-    tmp_path: Path,
-) -> None:
-    async def main() -> None:
-        q = vsqs.aio.Queue(str(tmp_path / "q"))
-        poll = asyncio.ensure_future(q.receive(wait=3600))
-        await asyncio.sleep(0)  # the receive is opening the queue in the executor
-        await q.close()
-        try:
-            ended = await asyncio.wait_for(poll, HUNG)
-        except vsqs.QueueClosed:
-            ended = None
-        assert ended is None
 
     asyncio.run(main())
 
@@ -1078,40 +1049,23 @@ def test_26_2_a_request_stalled_while_the_clock_steps_back_is_not_stale(call: st
     stalled_while_the_clock_steps_back(memory_url(), None, call)
 
 
-def test_26_3_a_redrives_late_record_delete_keeps_a_newer_record() -> None:
-    a_redrives_late_record_delete_keeps_a_newer_record(memory_url(), None)
+#: Scenarios that take a queue URL and its storage options, by class.
+SCENARIOS: dict[str, Callable[[str, Options], None]] = {
+    "26.3-redrive-record": a_redrives_late_record_delete_keeps_a_newer_record,
+    "26.3-purge-record": purge_keeps_the_record_of_a_dead_letter_it_lost,
+    "26.4-redrive-during-extend": a_redrive_while_a_copy_is_extended_takes_another_id,
+    "26.5-twin-batches": two_batches_of_one_queue_at_once_are_each_shown_whole,
+    "26.6-stats": stats_counts_an_abandoned_move_once_and_changes_nothing,
+    "26.8-no-listing-times": an_abandoned_claim_on_a_store_without_times_comes_back,
+    "26.9-failed-get": one_failed_get_keeps_the_rest_of_a_batch,
+    "26.10-ack": an_ack_whose_record_delete_fails_succeeds,
+    "26.10-redrive": a_redrive_whose_record_delete_fails_succeeds,
+}
 
 
-def test_26_3_purge_keeps_the_record_of_a_dead_letter_it_lost() -> None:
-    purge_keeps_the_record_of_a_dead_letter_it_lost(memory_url(), None)
-
-
-def test_26_4_a_redrive_while_a_copy_is_extended_takes_another_id() -> None:
-    a_redrive_while_a_copy_is_extended_takes_another_id(memory_url(), None)
-
-
-def test_26_5_two_batches_of_one_queue_at_once_are_each_shown_whole() -> None:
-    two_batches_of_one_queue_at_once_are_each_shown_whole(memory_url(), None)
-
-
-def test_26_6_stats_counts_an_abandoned_move_once_and_changes_nothing() -> None:
-    stats_counts_an_abandoned_move_once_and_changes_nothing(memory_url(), None)
-
-
-def test_26_8_an_abandoned_claim_on_a_store_without_times_comes_back() -> None:
-    an_abandoned_claim_on_a_store_without_times_comes_back(memory_url(), None)
-
-
-def test_26_9_one_failed_get_keeps_the_rest_of_a_batch() -> None:
-    one_failed_get_keeps_the_rest_of_a_batch(memory_url(), None)
-
-
-def test_26_10_an_ack_whose_record_delete_fails_succeeds() -> None:
-    an_ack_whose_record_delete_fails_succeeds(memory_url(), None)
-
-
-def test_26_10_a_redrive_whose_record_delete_fails_succeeds() -> None:
-    a_redrive_whose_record_delete_fails_succeeds(memory_url(), None)
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_26_scenario_on_memory(scenario: str) -> None:
+    SCENARIOS[scenario](memory_url(), None)
 
 
 # ------------------------------------ docs/protocol.md's assumptions, attacked

@@ -10,7 +10,6 @@ from outside, ``ObjectStore`` with an injected ``clock``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import pytest
@@ -21,45 +20,21 @@ from vsqs.stores import ObjectStore
 from .support.fault_proxy import Exchange, FaultProxy
 from .support.servers import Server, proxied
 from .test_round_two_repros import (
+    SCENARIOS,
     SEND_BATCH_SENT,
     WITHIN,
-    Options,
     a_failed_send_batch_says_which_it_sent,
-    a_redrive_while_a_copy_is_extended_takes_another_id,
-    a_redrive_whose_record_delete_fails_succeeds,
-    a_redrives_late_record_delete_keeps_a_newer_record,
-    an_abandoned_claim_on_a_store_without_times_comes_back,
-    an_ack_whose_record_delete_fails_succeeds,
     beyond_the_clock_bound_is_clock_skew,
     fast_lister_leaves_a_live_batch_marker_alone,
     fast_lister_leaves_a_live_probe_alone,
     fast_lister_leaves_a_young_ack_alone,
-    one_failed_get_keeps_the_rest_of_a_batch,
-    purge_keeps_the_record_of_a_dead_letter_it_lost,
     stalled_while_the_clock_steps_back,
-    stats_counts_an_abandoned_move_once_and_changes_nothing,
-    two_batches_of_one_queue_at_once_are_each_shown_whole,
 )
 
 
 @pytest.fixture(params=["s3_server", "gcs_server"])
 def server(request: pytest.FixtureRequest) -> Server:
     return request.getfixturevalue(request.param)  # type: ignore[no-any-return]
-
-
-Scenario = Callable[[str, Options], None]
-
-SCENARIOS: dict[str, Scenario] = {
-    "26.3-redrive-record": a_redrives_late_record_delete_keeps_a_newer_record,
-    "26.3-purge-record": purge_keeps_the_record_of_a_dead_letter_it_lost,
-    "26.4-redrive-during-extend": a_redrive_while_a_copy_is_extended_takes_another_id,
-    "26.5-twin-batches": two_batches_of_one_queue_at_once_are_each_shown_whole,
-    "26.6-stats": stats_counts_an_abandoned_move_once_and_changes_nothing,
-    "26.8-no-listing-times": an_abandoned_claim_on_a_store_without_times_comes_back,
-    "26.9-failed-get": one_failed_get_keeps_the_rest_of_a_batch,
-    "26.10-ack": an_ack_whose_record_delete_fails_succeeds,
-    "26.10-redrive": a_redrive_whose_record_delete_fails_succeeds,
-}
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
