@@ -213,6 +213,26 @@ def test_27_1_a_name_at_the_limits_of_the_format_never_stops_the_queue(
     assert seen == [b"good-2"]
 
 
+def test_27_1_the_cli_receives_past_a_name_at_the_last_version(tmp_path: Path) -> None:
+    """The same from the ``vsqs`` command: ``vsqs receive`` exits 0 with the
+    good message behind the hand-dropped name."""
+    import subprocess
+    import sys
+
+    where = tmp_path / "q"
+    vsqs.Queue(str(where)).send(b"good")
+    now_ms = int(time.time() * 1000)
+    drop(where, f"{message_id(now_ms - 60_000)}.{now_ms - 30_000}.1.999999999", b"bad", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "vsqs", "receive", str(where)],
+        capture_output=True,
+        timeout=HUNG,
+        env={**os.environ, "PYTHONPATH": str(Path(vsqs.__file__).parent.parent)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert b"good" in done.stdout
+
+
 def lowest_free_fd() -> int:
     fd = os.open(os.devnull, os.O_RDONLY)
     os.close(fd)
@@ -294,6 +314,26 @@ def test_27_3_a_sender_and_a_peek_on_a_replaced_directory_raise_queue_not_found(
             call()
 
 
+@pytest.mark.parametrize("how", ["rmtree", "rename"])
+def test_27_3_a_message_held_from_a_replaced_directory(tmp_path: Path, how: str) -> None:
+    """What docs/guarantees.md promises of messages held when their directory
+    goes: in one moved away the ack succeeds (where old clients still
+    receive); in a removed one it raises ``ReceiptExpired``."""
+    where = tmp_path / "q"
+    q = vsqs.Queue(str(where))
+    q.send(b"held")
+    msg = q.receive()
+    assert msg is not None
+    if how == "rmtree":
+        shutil.rmtree(where)
+        with pytest.raises(vsqs.ReceiptExpired):
+            msg.delete()
+    else:
+        where.rename(tmp_path / "q.old")
+        msg.delete()
+        assert vsqs.Queue(str(tmp_path / "q.old")).stats().in_flight == 0
+
+
 def child_round_trip(q: vsqs.Queue) -> None:
     q.send(b"from the child")
     got = q.receive(wait=30)
@@ -302,38 +342,50 @@ def child_round_trip(q: vsqs.Queue) -> None:
 
 
 class HeldListing(LocalStore):
-    """A directory whose listing waits, once armed, until ``go_on`` is set:
-    a receiving thread is then inside the receiver, holding its locks."""
+    """A directory whose listing first calls ``hold`` (which may wait): a
+    receiving thread is then inside the receiver, holding its locks."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, hold: Hook) -> None:
         super().__init__(path)
-        self.armed = False
-        self.inside = threading.Event()
-        self.go_on = threading.Event()
+        self.hold = hold
 
     def list(self, *, prefix: str = "", settle: bool = False) -> Any:
-        if self.armed and not self.inside.is_set():
-            self.inside.set()
-            self.go_on.wait(HUNG)
+        self.hold()
         return super().list(prefix=prefix, settle=settle)
 
 
+@pytest.mark.parametrize("where", ["local", "memory"])
 def test_27_4_fork_while_a_thread_is_inside_a_receive_leaves_the_child_working(
-    tmp_path: Path,
+    tmp_path: Path, where: str
 ) -> None:
     """Class 4: a child forked while another thread receives waited for the
-    receiver's lock its copy held, for ever."""
-    store = HeldListing(str(tmp_path / "q"))
+    receiver's lock its copy held, for ever. The thread is held inside its
+    listing (a directory's, or a ``memory://`` store's ``LIST``)."""
+    inside, go_on = threading.Event(), threading.Event()
+    armed = threading.Event()
+
+    def hold(*args: object) -> None:
+        if armed.is_set() and not inside.is_set():
+            inside.set()
+            go_on.wait(HUNG)
+
+    store: vsqs.Store
+    if where == "local":
+        store = HeldListing(str(tmp_path / "q"), hold)
+    else:
+        io, _ = wrapped(memory_url())
+        io.before["listing"] = hold
+        store = ObjectStore(io)
     q = vsqs.Queue(store)
     q.send(b"warm")
     assert q.receive() is not None
-    store.armed = True
+    armed.set()
     thread, errors = in_thread(lambda: q.receive(wait=5))
-    assert store.inside.wait(HUNG)
+    assert inside.wait(HUNG)
     try:
         in_a_child(lambda: child_round_trip(q))
     finally:
-        store.go_on.set()
+        go_on.set()
         thread.join(HUNG)
     assert not errors
 
