@@ -496,11 +496,12 @@ def test_27_5_every_call_on_a_closed_queue_raises_a_vsqs_error(
             call()
 
 
+@pytest.mark.parametrize("waiting", ["receive", "consume"])
 def test_27_5_close_wakes_a_long_poll_in_another_thread(
-    closable: Callable[[], vsqs.Queue],
+    closable: Callable[[], vsqs.Queue], waiting: str
 ) -> None:
     """``close()`` woke no long poll: it found out a second later (on a polled
-    store, at its next poll). ``close()`` returns once the poll has ended."""
+    store, at its next poll). A ``consume`` waiting for work ends too."""
     q = closable()
     assert q.receive() is None
     ended = threading.Event()
@@ -508,7 +509,10 @@ def test_27_5_close_wakes_a_long_poll_in_another_thread(
 
     def poll() -> None:
         try:
-            q.receive(wait=3600)
+            if waiting == "receive":
+                q.receive(wait=3600)
+            else:
+                q.consume(lambda m: None)
         except BaseException as exc:
             errors.append(exc)
         ended.set()
