@@ -755,6 +755,22 @@ def fast_lister_leaves_a_live_probe_alone(url: str, options: Options, offset: fl
     assert q.receive() is not None
 
 
+def hosts_off_the_store_hold_and_take_on_its_clock(
+    url: str, options: Options, holder: float, taker: float
+) -> None:
+    """Class 1, what a correctly clocked host is told by one off the store's
+    clock (within the bound): a holder ``holder`` s off receives with a 5 s
+    visibility timeout; a taker ``taker`` s off must not take the message at
+    once (on the hosts' own clocks one of them reads it as long expired)."""
+    vsqs.Queue(url, storage_options=options).send(b"m")
+    first = vsqs.Queue(url, storage_options=options, clock=ahead(holder))
+    held = first.receive(visibility_timeout=5)
+    assert held is not None
+    second = vsqs.Queue(url, storage_options=options, clock=ahead(taker))
+    assert second.receive() is None, "a message held for 5 s more was taken at once"
+    held.delete()
+
+
 def beyond_the_clock_bound_is_clock_skew(url: str, options: Options, offset: float) -> None:
     """Beyond the documented bound (30 s) a client gets ``ClockSkew`` (a
     ``VsqsError``), not a warning; its listings never tell others' acks stale."""
@@ -1093,6 +1109,15 @@ def test_26_1_a_fast_lister_leaves_a_live_batch_marker_alone(offset: float) -> N
 @pytest.mark.parametrize("offset", WITHIN)
 def test_26_1_a_fast_lister_leaves_a_live_probe_alone(offset: float) -> None:
     fast_lister_leaves_a_live_probe_alone(memory_url(), None, offset)
+
+
+#: (holder, taker) seconds off the store's clock, within the bound.
+SKEWS = [(-12.0, 0.0), (-25.0, 0.0), (0.0, 12.0), (0.0, 25.0), (-12.0, 12.0)]
+
+
+@pytest.mark.parametrize(("holder", "taker"), SKEWS)
+def test_26_1_hosts_off_the_store_hold_and_take_on_its_clock(holder: float, taker: float) -> None:
+    hosts_off_the_store_hold_and_take_on_its_clock(memory_url(), None, holder, taker)
 
 
 @pytest.mark.parametrize("offset", [-60.0, 60.0])

@@ -22,12 +22,14 @@ from .support.servers import Server, proxied
 from .test_round_two_repros import (
     SCENARIOS,
     SEND_BATCH_SENT,
+    SKEWS,
     WITHIN,
     a_failed_send_batch_says_which_it_sent,
     beyond_the_clock_bound_is_clock_skew,
     fast_lister_leaves_a_live_batch_marker_alone,
     fast_lister_leaves_a_live_probe_alone,
     fast_lister_leaves_a_young_ack_alone,
+    hosts_off_the_store_hold_and_take_on_its_clock,
     stalled_while_the_clock_steps_back,
 )
 
@@ -55,6 +57,15 @@ def test_26_1_a_fast_lister_leaves_a_live_batch_marker_alone(server: Server, off
 @pytest.mark.parametrize("offset", WITHIN)
 def test_26_1_a_fast_lister_leaves_a_live_probe_alone(server: Server, offset: float) -> None:
     fast_lister_leaves_a_live_probe_alone(server.url(), server.storage_options, offset)
+
+
+@pytest.mark.parametrize(("holder", "taker"), SKEWS)
+def test_26_1_hosts_off_the_store_hold_and_take_on_its_clock(
+    server: Server, holder: float, taker: float
+) -> None:
+    hosts_off_the_store_hold_and_take_on_its_clock(
+        server.url(), server.storage_options, holder, taker
+    )
 
 
 @pytest.mark.parametrize("offset", [-60.0, 60.0])
