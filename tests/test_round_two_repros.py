@@ -276,22 +276,26 @@ def test_27_2_a_read_that_fails_with_emfile_after_the_claim_gives_the_claim_back
 
 
 @pytest.mark.parametrize("feed", [True, False], ids=["inotify", "polled"])
-@pytest.mark.parametrize("how", ["rmtree", "rename"])
+@pytest.mark.parametrize("how", ["rmtree", "rename", "rename-parent"])
 def test_27_3_a_long_poll_on_a_replaced_directory_raises_queue_not_found(
     tmp_path: Path, how: str, feed: bool
 ) -> None:
-    """Class 3: ``rm -rf q && vsqs create q`` (or ``mv q q.old``) under a long
-    poll: it returned ``None`` for ever while a message waited at the path.
-    Polled: a shared disk's receiver, without ``inotify``."""
-    where = tmp_path / "q"
+    """Class 3: ``rm -rf q && vsqs create q`` (or ``mv q q.old``, or a move of
+    the directory above it) under a long poll: it returned ``None`` for ever
+    while a message waited at the path. Polled: a shared disk's receiver,
+    without ``inotify`` (whose watch sees no event of its own when a parent moves)."""
+    (tmp_path / "parent").mkdir()
+    where = tmp_path / "parent" / "q"
     q = vsqs.Queue(LocalStore(str(where), notifications=feed))
     assert q.receive() is None  # its listing (and watch) are set up
     results: list[object] = []
     thread, errors = in_thread(lambda: results.append(q.receive(wait=3600)))
     if how == "rmtree":
         shutil.rmtree(where)
-    else:
+    elif how == "rename":
         where.rename(tmp_path / "q.old")
+    else:
+        (tmp_path / "parent").rename(tmp_path / "parent.old")
     vsqs.Queue(str(where)).send(b"waiting at the path")
     thread.join(HUNG)
     assert not thread.is_alive(), "the long poll never noticed its directory was replaced"
