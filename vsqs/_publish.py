@@ -384,9 +384,14 @@ class Publisher:
                 if error is not None:
                     sent.extend(i for i in ids if i is not None)
                     raise error
-                sent.extend(
-                    i or self._send_one(item, delay_ms) for i, item in zip(ids, chunk, strict=True)
-                )
+                for k, (sent_id, item) in enumerate(zip(ids, chunk, strict=True)):
+                    if sent_id is None:
+                        try:
+                            sent_id = self._send_one(item, delay_ms)
+                        except BaseException:  # the chunk's later names are sent all the same
+                            sent.extend(i for i in ids[k + 1 :] if i is not None)
+                            raise
+                    sent.append(sent_id)
         return sent
 
     def _send_chunk(
