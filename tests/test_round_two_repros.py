@@ -1191,9 +1191,9 @@ class FastWriterTimes(Wrapped):
 
 @pytest.mark.xfail(
     strict=True,
-    reason="protocol.md assumption 'listed times come from one clock' is unchecked on a "
-    "store without a Date: one vsqs object stamped 20 s ahead by its writer makes a lister "
-    "finish another client's young ack, which reports stale what it deleted (class 1 again)",
+    reason="known limit (docs/protocol.md, Assumptions: listed times from one clock): unchecked "
+    "on a store without a Date; one vsqs object stamped 20 s ahead by its writer makes a lister "
+    "finish another client's young ack, which reports stale what it deleted",
 )
 def test_protocol_one_object_stamped_by_a_fast_writer_ages_no_young_ack() -> None:
     """Assumption "listed modification times come from one clock, the
