@@ -233,16 +233,43 @@ def test_a_record_naming_something_that_is_not_a_task_fails_it(backend: QueueBac
 
 
 def test_a_task_run_again_keeps_its_earlier_attempts(backend: QueueBackend) -> None:
+    """A worker died while the task ran (its result says RUNNING): the next
+    run adds its attempt to the earlier one."""
     result = tasks.attempt.enqueue("again")
-    queue = backend.queue("default")
-    first = queue.receive()
-    assert first is not None
-    TaskRunner(backend, queue, "w1")(first)  # ran, but its ack was lost: it comes back
-    queue.send(first.body)
+    record = json.loads(backend.results.get(result.id) or b"")
+    record.update(status="RUNNING", worker_ids=["w1"], started_at=record["enqueued_at"])
+    backend.results.put(result.id, json.dumps(record).encode())
     assert run_tasks(backend, 1) == 1
     result.refresh()
     assert result.worker_ids[0] == "w1" and len(result.worker_ids) == 2
     assert result.return_value == 2  # the task's context counts the attempts
+
+
+def test_a_finished_task_whose_ack_was_lost_is_not_run_again(backend: QueueBackend) -> None:
+    """Its message comes back (an ack lost, a release after its end), but
+    its result says it finished: acknowledged without a run, and no task
+    of a worker's budget is spent on it."""
+    result = tasks.attempt.enqueue("once")
+    queue = backend.queue("default")
+    first = queue.receive()
+    assert first is not None
+    assert TaskRunner(backend, queue, "w1")(first)  # ran; its ack is lost
+    queue.send(first.body)
+    later = tasks.record.enqueue("after")
+    assert run_tasks(backend, 1) == 1  # the budget of one went to the task that ran
+    result.refresh()
+    assert (result.worker_ids, result.return_value) == (["w1"], 1)
+    assert backend.get_result(later.id).status == "SUCCESSFUL"
+    assert queue.stats().ready == 0
+
+
+def test_a_message_that_runs_no_task_spends_no_budget(backend: QueueBackend) -> None:
+    """A message that is not a task (refused, retried later) neither counts as
+    a task run nor uses up ``max_tasks``: the real task behind it runs."""
+    backend.queue("default").send(b"junk")
+    real = tasks.record.enqueue("real")
+    assert run_tasks(backend, 1) == 1
+    assert backend.get_result(real.id).status == "SUCCESSFUL"
 
 
 def test_collect_results_removes_finished_results_past_the_retention(

@@ -172,7 +172,7 @@ def test_workers_on_s3(tmp_path: Path, s3_server: Server) -> None:
 
 
 def test_run_after_waits_in_the_queue_as_a_delay(project: Project) -> None:
-    due = datetime.now(UTC) + timedelta(seconds=3)
+    due = datetime.now(UTC) + timedelta(seconds=10)  # room for a slow open and enqueue
     with project.backend():
         result_id = tasks.record.using(run_after=due).enqueue("later").id
     stats = project.queue().stats()
@@ -221,7 +221,7 @@ def test_sigterm_stops_taking_tasks_and_waits_for_the_running_one(project: Proje
 
 
 def test_a_long_task_is_extended_not_delivered_twice(tmp_path: Path) -> None:
-    p = Project(tmp_path, f"file://{tmp_path / 'root'}", vt=4.0)  # extended every 1.3 s
+    p = Project(tmp_path, f"file://{tmp_path / 'root'}", vt=6.0)  # extended every 2 s
     try:
         with p.backend():
             result_id = tasks.block.enqueue("long").id
@@ -288,9 +288,11 @@ def test_max_tasks_and_idle_timeout_end_the_worker(project: Project) -> None:
     assert worker.wait(timeout=DEADLINE) == 0
     assert sum(len(project.runs(f"m{i}")) for i in range(3)) == 2
     assert project.queue().stats().ready == 1
-    idle = project.start("w2", "--idle-timeout", "1")
-    assert idle.wait(timeout=DEADLINE) == 0
+    last = project.start("w2", "--max-tasks", "1")
+    assert last.wait(timeout=DEADLINE) == 0
     assert all(len(project.runs(f"m{i}")) == 1 for i in range(3))
+    idle = project.start("w3", "--idle-timeout", "1")  # an empty queue: it ends
+    assert idle.wait(timeout=DEADLINE) == 0
 
 
 def test_the_example_of_the_django_guide_runs_as_written(tmp_path: Path) -> None:

@@ -41,6 +41,13 @@ def lock() -> threading.Lock:
     return made
 
 
+def rlock() -> threading.RLock:
+    """A ``threading.RLock`` that is free in a forked child."""
+    made = threading.RLock()
+    _made.add(made)
+    return made
+
+
 def condition() -> threading.Condition:
     """A ``threading.Condition`` (on its own lock) that is free in a forked child."""
     made = threading.Condition(threading.Lock())

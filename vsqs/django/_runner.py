@@ -38,13 +38,19 @@ class TaskRunner:
     def __init__(self, backend: QueueBackend, queue: Queue, worker_id: str) -> None:
         self.backend, self.queue, self.worker_id = backend, queue, worker_id
 
-    def __call__(self, message: Message) -> None:
+    def __call__(self, message: Message) -> bool:
+        """Run the task of ``message``; whether it ran (not: it is due later
+        and went back to wait, or its result says it finished already: an
+        ack that was lost, or a release that came after its end)."""
         record = decode(message.body, f"{self.queue.url}: message {message.id}")
         wait = delay_until(parse_time(record["run_after"]))
         if wait > 0:  # due beyond the longest delay: wait again
             message.release(delay=wait)
-            return
-        record = self._current(record)
+            return False
+        current = self._current(record)
+        if current is None:
+            return False
+        record = current
         now = timezone.now().isoformat()
         record.update(
             status=RUNNING,
@@ -58,14 +64,18 @@ class TaskRunner:
             self._run(record)
         finally:
             close_old_connections()
+        return True
 
-    def _current(self, sent: Record) -> Record:
-        """The record sent, with the attempts so far of its stored result."""
+    def _current(self, sent: Record) -> Record | None:
+        """The record sent, with the attempts so far of its stored result;
+        ``None`` if that result says the task finished."""
         stored = self.backend.results.get(sent["id"])
         try:
             history = decode(stored, f"result {sent['id']}") if stored else sent
         except BadTaskRecord:
             history = sent
+        if history["status"] in (SUCCESSFUL, FAILED):
+            return None
         return {**sent, **{k: history[k] for k in ("started_at", "worker_ids", "errors")}}
 
     def _run(self, record: Record) -> None:

@@ -59,7 +59,9 @@ class Worker:
         self.ran = 0
         self._left = max_tasks
         self._stop, self._abandon = _forks.event(), _forks.event()
-        self._lock = _forks.lock()
+        # Reentrant: the command's signal handler takes it in the main thread,
+        # which may hold it already (in _idle) when the signal lands.
+        self._lock = _forks.rlock()
         self._in_hand: dict[int, tuple[Queue, Message]] = {}
         self._last_task = time.monotonic()
         self._error: BaseException | None = None
@@ -152,13 +154,17 @@ class Worker:
                 self._stop.set()
                 message.release()
                 return
+            ran = False
             try:
-                runner(message)
+                ran = runner(message)
             finally:
                 with self._lock:
                     del self._in_hand[id(message)]
-                    self.ran += 1
-                    self._last_task = time.monotonic()
+                    if ran:
+                        self.ran += 1
+                        self._last_task = time.monotonic()
+                    elif self._left is not None:  # no task ran: the budget is not spent
+                        self._left += 1
                     if self._left == 0:
                         self._stop.set()
 
