@@ -101,6 +101,10 @@ class Receiver(Claims):
         :class:`QueueClosed` once :meth:`close` was called (at once, from a wait).
         """
         observer = meter.observer  # one for both calls: metrics may be enabled meanwhile
+        if observer is meter.OFF:
+            return self._poll(
+                max_messages, vt_ms, wait, stop, max_receives, exhausted, max_size, target
+            )
         started = observer.clock()
         got = self._poll(max_messages, vt_ms, wait, stop, max_receives, exhausted, max_size, target)
         observer.received(self._store.url, len(got), started)

@@ -45,6 +45,9 @@ class Settler:
     def delete(self, msg_or_receipt: Message | str) -> None:
         """See :meth:`vsqs.Queue.delete`."""
         observer = meter.observer  # one for both calls: metrics may be enabled meanwhile
+        if observer is meter.OFF:
+            self._ack(self._ack_target(msg_or_receipt))
+            return
         started = observer.clock()
         self._ack(self._ack_target(msg_or_receipt))
         observer.operation(self._owner.url, "delete", started)
