@@ -131,7 +131,8 @@ class Candidates:
     def add_invisible(self, name: str, expiry_ms: int) -> None:
         self.pending[name] = expiry_ms
         heapq.heappush(self.heap, (expiry_ms, name))
-        self.groups.hold(name)
+        if token_of(name) is not None:  # else it holds no group: no call more
+            self.groups.hold(name)
 
     def _left(self, name: str) -> None:
         """An invisible name left the view: if its group opens, the names parked
@@ -191,7 +192,7 @@ class Candidates:
             i = bisect.bisect_left(self.names, name, lo=self.pos)
             if i < len(self.names) and self.names[i] == name:
                 del self.names[i]
-        else:
+        elif token_of(name) is not None:  # else it held no group
             self._left(name)
         if len(self.heap) > 2 * len(self.pending) + 1024:  # drop forgotten entries
             self.heap = [(expiry, name) for name, expiry in self.pending.items()]

@@ -97,8 +97,11 @@ class Claims(View):
                     if not plans:
                         self._candidates.restore(deferred)
                         break
-                    decided = self._clock.elapsed()
-                    won = self._fresh(self._rename(plans), decided, later)
+                    if planned:  # claims of groups: those decided too long ago go back
+                        decided = self._clock.elapsed()
+                        won = self._fresh(self._rename(plans), decided, later)
+                    else:
+                        won = self._rename(plans)
                     if planned or deferred:  # else no group is involved: nothing to hold
                         self._hold_groups(won, mine, deferred)
                 claimed_ids.update([plan.id for plan in won])
@@ -217,7 +220,7 @@ class Claims(View):
             if name is None:
                 break
             parsed = names.parse(name)
-            token = None if parsed is None else parsed.group
+            token = None if parsed is None else names.group_of(parsed.id)
             if token is not None and not _admit(c, name, token, planned, mine, deferred):
                 continue
             if parsed is None or parsed.state == names.NEW or not names.is_visible(parsed, now):
@@ -428,15 +431,14 @@ class Claims(View):
         lapsed: set[str | None] = set()  # groups whose claim in the batch ran out
         behind: list[str] = []
         for claim in claimed:
-            group = names.group_of(claim.id)
             if claim.expiry_ms <= now:
                 log.warning(
                     "%s: the claim of %s outlasted its visibility timeout",
                     self._store.url,
                     claim.name,
                 )
-                lapsed.add(group)
-            elif group is not None and group in lapsed:
+                lapsed.add(names.group_of(claim.id))
+            elif lapsed and (group := names.group_of(claim.id)) is not None and group in lapsed:
                 behind.append(claim.name)
             else:
                 kept.append(claim)

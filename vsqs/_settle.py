@@ -231,12 +231,16 @@ class Settler:
         return stale_receipt(receipt, self._owner.url)
 
     def _delete(self, receipt: str, *, known: bool) -> None:
-        with storage_errors(lambda: f"deleting from {self._owner.url}"):
-            try:
-                self._store.delete(receipt, known=known)
-            except FileNotFoundError:
-                raise ReceiptExpired(f"cannot delete: {self._stale(receipt)}") from None
-        meter.observer.deleted(self._owner.url, receipt, self._clock.now_ms)
+        try:
+            self._store.delete(receipt, known=known)
+        except FileNotFoundError:
+            raise ReceiptExpired(f"cannot delete: {self._stale(receipt)}") from None
+        except OSError:
+            with storage_errors(f"deleting from {self._owner.url}"):  # only when one failed
+                raise
+        observer = meter.observer
+        if observer is not meter.OFF:
+            observer.deleted(self._owner.url, receipt, self._clock.now_ms)
         self._tracker.deleted(receipt)
 
 

@@ -254,7 +254,8 @@ class LocalStore(Store):
         if "." in src and not src.endswith(NEW_SUFFIX):  # a held name, maybe from a receipt
             self._check_file(src)
         if self._noreplace:
-            if _renameat2(self.fd, src.encode(), self.fd, dst.encode(), _RENAME_NOREPLACE) == 0:  # type: ignore[misc]
+            fd = self.fd
+            if _renameat2(fd, src.encode(), fd, dst.encode(), _RENAME_NOREPLACE) == 0:  # type: ignore[misc]
                 return
             err = ctypes.get_errno()
             if err not in (errno.ENOSYS, errno.EINVAL):
