@@ -55,10 +55,11 @@ class Settler:
     def delete_batch(self, msgs_or_receipts: Iterable[Message | str]) -> DeleteResult:
         """See :meth:`vsqs.Queue.delete_batch`."""
         observer = meter.observer
-        started = observer.clock()
+        started = 0.0 if observer is meter.OFF else observer.clock()
         targets = [self._ack_target(item) for item in msgs_or_receipts]
         done, stale, failed = self._batch(self._ack, targets, [t[0] for t in targets])
-        observer.operation(self._owner.url, "delete_batch", started)
+        if observer is not meter.OFF:
+            observer.operation(self._owner.url, "delete_batch", started)
         return DeleteResult([receipt for receipt, _ in done], stale, failed)
 
     def extend_batch(
