@@ -226,7 +226,9 @@ class Claims(View):
             if parsed is None or parsed.state == names.NEW or not names.is_visible(parsed, now):
                 c.close_group(name)
                 continue  # foreign, or not visible (any more)
-            if self._passes_over(parsed.id) or not self._can_claim(parsed, name):
+            if self._passes_over(parsed.id) or (
+                not names.can_hold(parsed) and self._cannot_claim(parsed, name)
+            ):
                 c.close_group(name)
                 continue  # back with the next listing, never due by itself: no spin
             if parsed.id in ids:  # not again in this batch
@@ -252,7 +254,7 @@ class Claims(View):
         if len(plans) == 1:  # the common receive(): no batch to set up
             error = self._rename_one(plans[0])
             if error is None:
-                self._candidates.won()
+                self._candidates.losses = 0  # won: no loss in a row
                 return plans
             errors: Outcomes = [error]
         else:
@@ -261,7 +263,7 @@ class Claims(View):
         failure: OSError | None = None
         for plan, error in zip(plans, errors, strict=True):
             if error is None:
-                self._candidates.won()
+                self._candidates.losses = 0
                 won.append(plan)
                 continue
             self._candidates.close_group(plan.candidate)  # its head is not ours: nothing passes it
@@ -347,7 +349,7 @@ class Claims(View):
             out.append(Claim(plan.id, plan.held, plan.receive_count, plan.expiry_ms, body, origin))
         if unread:
             later.extend(self._give_back([(plan.held, _count_before(plan)) for plan in unread]))
-        if unread or self._unreadable:
+        if unread or self._unreadable.until:
             with self._lock:
                 self._unreadable.update(
                     [plan.id for plan in unread],
