@@ -258,10 +258,14 @@ class Publisher:
     def send(self, items: list[Prepared], delay_ms: int) -> list[str]:
         """Publish each message on its own, in order; return the ids (a
         duplicate's is the id of the first message of its deduplication id)."""
+        if meter.observer is meter.OFF:  # metrics off: a branch
+            return self._send_each(items, delay_ms)
         return self._counted("send", self._send_each, items, delay_ms)
 
     def send_batch(self, items: list[Prepared], delay_ms: int) -> list[str]:
         """Publish a batch (:meth:`_send_batch`); return the ids in order."""
+        if meter.observer is meter.OFF:
+            return self._send_batch(items, delay_ms)
         return self._counted("send_batch", self._send_batch, items, delay_ms)
 
     def _counted(
@@ -271,11 +275,8 @@ class Publisher:
         items: list[Prepared],
         delay_ms: int,
     ) -> list[str]:
-        """``send(items, delay_ms)``, reported to the meter as ``operation``
-        (a branch, while metrics are off)."""
+        """``send(items, delay_ms)``, reported to the meter as ``operation``."""
         observer = meter.observer  # one for both calls: metrics may be enabled meanwhile
-        if observer is meter.OFF:
-            return send(items, delay_ms)
         started = observer.clock()
         sent = send(items, delay_ms)
         observer.sent(self._store.url, operation, len(sent), started)
@@ -283,15 +284,15 @@ class Publisher:
 
     def _send_each(self, items: list[Prepared], delay_ms: int) -> list[str]:
         sent: list[str] = []
-
-        def where() -> str:
-            done = f" ({len(sent)} of {len(items)} sent)" if len(items) > 1 else ""
-            return f"sending to {self._store.url}{done}"
-
-        try:  # telling_sent(sent), inlined: it is on every send
-            with storage_errors(where):
+        # telling_sent(sent) and storage_errors, inlined: they are on every send
+        try:
+            try:
                 for item in items:
                     sent.append(self._send_one(item, delay_ms))
+            except OSError:
+                done = f" ({len(sent)} of {len(items)} sent)" if len(items) > 1 else ""
+                with storage_errors(f"sending to {self._store.url}{done}"):
+                    raise
         except VsqsError as exc:
             exc.sent = list(sent)
             raise

@@ -65,7 +65,7 @@ class View:
     def sent(self, name: str, visible_at: int | None) -> None:
         """Let this client's receives see its own send in FIFO order at once."""
         c = self._candidates
-        if not c.listed:
+        if c.token is None:  # not listed (Candidates.listed, without the call)
             return
         with self._lock:
             if visible_at is None:
