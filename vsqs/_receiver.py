@@ -62,7 +62,7 @@ class Receiver(Claims):
     ) -> None:
         super().__init__(store, clock, new_grace_ms)
         self._max_poll_interval = max_poll_interval
-        self._closed = _forks.event()
+        self._closed = False  # set once by close(), never cleared: a flag, not an event
         #: Guards ``_receiving``, the receives under way (a plain lock: it is
         #: taken twice per receive); ``_ended`` is set as one ends once closed.
         self._calls = _forks.lock()
@@ -130,7 +130,7 @@ class Receiver(Claims):
             self._receiving += 1
         try:
             while True:
-                if self._closed.is_set():
+                if self._closed:
                     raise QueueClosed(f"{self._store.url}: the queue is closed")
                 if stop is not None and stop.is_set():
                     return []
@@ -162,7 +162,7 @@ class Receiver(Claims):
         finally:
             with self._calls:
                 self._receiving -= 1
-            if self._closed.is_set():  # close() waits for the last to end
+            if self._closed:  # close() waits for the last to end
                 self._ended.set()
 
     def after_fork(self) -> None:
@@ -174,7 +174,7 @@ class Receiver(Claims):
     def close(self) -> None:
         """Make every receive raise :class:`QueueClosed`; return once those
         under way have ended (a long poll is woken at once)."""
-        self._closed.set()
+        self._closed = True
         while True:
             self._ended.clear()  # before the count: a receive that ends after it sets it
             with self._calls:
