@@ -131,7 +131,8 @@ class Candidates:
     def add_invisible(self, name: str, expiry_ms: int) -> None:
         self.pending[name] = expiry_ms
         heapq.heappush(self.heap, (expiry_ms, name))
-        self.groups.hold(name)
+        if token_of(name) is not None:  # else it holds no group: no call more
+            self.groups.hold(name)
 
     def _left(self, name: str) -> None:
         """An invisible name left the view: if its group opens, the names parked
@@ -191,7 +192,7 @@ class Candidates:
             i = bisect.bisect_left(self.names, name, lo=self.pos)
             if i < len(self.names) and self.names[i] == name:
                 del self.names[i]
-        else:
+        elif token_of(name) is not None:  # else it held no group
             self._left(name)
         if len(self.heap) > 2 * len(self.pending) + 1024:  # drop forgotten entries
             self.heap = [(expiry, name) for name, expiry in self.pending.items()]
@@ -266,9 +267,6 @@ class Candidates:
                 del self.names[i]
                 return name
         return None
-
-    def won(self) -> None:
-        self.losses = 0
 
     def lost(self, costly: bool) -> int:
         """A claim was lost to another consumer: after the second loss in a row
@@ -400,16 +398,18 @@ class Unreadable:
     uncounted; other receivers pass it over on their own failures only."""
 
     def __init__(self) -> None:
-        self._until: dict[str, tuple[float, float]] = {}  # id -> (until, pass-over)
+        #: id -> (until, pass-over); read it (``in``, truth) at no call's cost,
+        #: change it through :meth:`update` only
+        self.until: dict[str, tuple[float, float]] = {}
 
     def __bool__(self) -> bool:
         """Whether any message is remembered as unreadable."""
-        return bool(self._until)
+        return bool(self.until)
 
     def waiting(self, message_id: str, now: Callable[[], float]) -> bool:
         """Whether ``message_id`` is passed over now (``now()``: elapsed seconds,
         read only if it failed before)."""
-        found = self._until.get(message_id) if self._until else None
+        found = self.until.get(message_id) if self.until else None
         return found is not None and now() < found[0]
 
     def update(self, failed: list[str], read: list[str], now: float) -> None:
@@ -417,16 +417,16 @@ class Unreadable:
         were. Forgets a message whose pass-over ended over UNREADABLE_MAX ago
         (another receiver read it, or it is gone): its failures are no longer
         in a row."""
-        if self._until:
+        if self.until:
             for message_id in read:
-                self._until.pop(message_id, None)
+                self.until.pop(message_id, None)
             for message_id in [
-                i for i, (until, _) in self._until.items() if until < now - UNREADABLE_MAX
+                i for i, (until, _) in self.until.items() if until < now - UNREADABLE_MAX
             ]:
-                del self._until[message_id]
+                del self.until[message_id]
         for message_id in failed:
-            _, pass_over = self._until.pop(message_id, (now, UNREADABLE_FIRST / 2))
+            _, pass_over = self.until.pop(message_id, (now, UNREADABLE_FIRST / 2))
             pass_over = min(2 * pass_over, UNREADABLE_MAX)
-            self._until[message_id] = (now + pass_over, pass_over)
-        while len(self._until) > UNREADABLE_REMEMBERED:
-            del self._until[next(iter(self._until))]
+            self.until[message_id] = (now + pass_over, pass_over)
+        while len(self.until) > UNREADABLE_REMEMBERED:
+            del self.until[next(iter(self.until))]

@@ -81,6 +81,7 @@ class Claims(View):
         # Grouped names this call claimed: they hold their groups at once, and
         # this call may take their groups' next messages.
         mine: set[str] = set()
+        planned: set[str] = set()  # groups with a claim in the current round
         relists = 0
         wide = self._store.renames_cost_requests
         failure: Exception | None = None
@@ -89,28 +90,28 @@ class Claims(View):
                 with self._lock:
                     wanted = max_messages - len(out) if wide else 1
                     deferred: list[str] = []
+                    planned.clear()
                     plans, relists = self._plan(
-                        wanted, vt_ms, claimed_ids, later, relists, mine, deferred, target
+                        wanted, vt_ms, claimed_ids, later, relists, mine, deferred, target, planned
                     )
                     if not plans:
                         self._candidates.restore(deferred)
                         break
-                    decided = self._clock.elapsed()
-                    won = self._fresh(self._rename(plans), decided, later)
-                    self._hold_groups(won, mine, deferred)
-                claimed_ids.update(plan.id for plan in won)
+                    if planned:  # claims of groups: those decided too long ago go back
+                        decided = self._clock.elapsed()
+                        won = self._fresh(self._rename(plans), decided, later)
+                    else:
+                        won = self._rename(plans)
+                    if planned or deferred:  # else no group is involved: nothing to hold
+                        self._hold_groups(won, mine, deferred)
+                claimed_ids.update([plan.id for plan in won])
                 failure = self._read(won, max_receives, exhausted, max_size, out, later)
-                self._undelivered(won, out, later, mine)
+                if mine:  # else no claim of this call holds a group
+                    self._undelivered(won, out, later, mine)
         except OSError as exc:  # a later listing or claim of the batch
             failure = exc
         finally:
-            with self._lock:
-                for name, expiry in later:
-                    self._candidates.add_invisible(name, expiry)
-                left = {name for name, _ in later}
-                for name in mine:  # given back, or gone: no longer held here
-                    if name not in left:
-                        self._candidates.groups.drop(name)
+            self._leave(later, mine)
         if failure is not None:
             if not out:
                 raise failure
@@ -122,6 +123,19 @@ class Claims(View):
                 failure,
             )
         return self._unexpired(out) if vt_ms else out
+
+    def _leave(self, later: list[tuple[str, int]], mine: set[str]) -> None:
+        """The names a receive leaves held join the expiry heap; the grouped
+        names it claimed (``mine``) that it does not leave held hold their
+        groups no more."""
+        with self._lock:
+            for name, expiry in later:
+                self._candidates.add_invisible(name, expiry)
+            if mine:
+                left = {name for name, _ in later}
+                for name in mine:  # given back, or gone: no longer held here
+                    if name not in left:
+                        self._candidates.groups.drop(name)
 
     def _fresh(self, won: list[Plan], decided: float, later: list[tuple[str, int]]) -> list[Plan]:
         """The claims won, but for those of a group whose rename ended more than
@@ -191,27 +205,30 @@ class Claims(View):
         mine: set[str],
         deferred: list[str],
         target: str | None,
+        planned: set[str],
     ) -> tuple[list[Plan], int]:
         """The next ``wanted`` claims to try, of distinct messages not claimed
         in this batch yet, and the listings taken so far (caller holds the
         lock). At most one message of a group is planned at a time: the
-        group's next ones go to ``deferred`` until its claim is decided."""
+        group's next ones go to ``deferred`` until its claim is decided.
+        ``planned`` (empty) gets the groups of the claims planned."""
         plans: list[Plan] = []
         ids = set(claimed_ids) if wanted > 1 else claimed_ids
-        planned: set[str] = set()  # groups with a claim in this round
         c = self._candidates
         while len(plans) < wanted:
             name, relists, now = self._next_candidate(relists, not plans, target)
             if name is None:
                 break
             parsed = names.parse(name)
-            token = None if parsed is None else parsed.group
+            token = None if parsed is None else names.group_of(parsed.id)
             if token is not None and not _admit(c, name, token, planned, mine, deferred):
                 continue
             if parsed is None or parsed.state == names.NEW or not names.is_visible(parsed, now):
                 c.close_group(name)
                 continue  # foreign, or not visible (any more)
-            if self._passes_over(parsed.id) or not self._can_claim(parsed, name):
+            if self._passes_over(parsed.id) or (
+                not names.can_hold(parsed) and self._cannot_claim(parsed, name)
+            ):
                 c.close_group(name)
                 continue  # back with the next listing, never due by itself: no spin
             if parsed.id in ids:  # not again in this batch
@@ -237,7 +254,7 @@ class Claims(View):
         if len(plans) == 1:  # the common receive(): no batch to set up
             error = self._rename_one(plans[0])
             if error is None:
-                self._candidates.won()
+                self._candidates.losses = 0  # won: no loss in a row
                 return plans
             errors: Outcomes = [error]
         else:
@@ -246,7 +263,7 @@ class Claims(View):
         failure: OSError | None = None
         for plan, error in zip(plans, errors, strict=True):
             if error is None:
-                self._candidates.won()
+                self._candidates.losses = 0
                 won.append(plan)
                 continue
             self._candidates.close_group(plan.candidate)  # its head is not ours: nothing passes it
@@ -297,15 +314,15 @@ class Claims(View):
         """
         store = self._store
 
-        def read(name: str) -> bytes:
-            limit = None if max_size is None else read_limit(names.id_of(name), max_size)
-            return store.read(name) if limit is None else store.read_limited(name, limit)
+        def read(plan: Plan) -> bytes:
+            limit = None if max_size is None else read_limit(plan.id, max_size)
+            return store.read(plan.held) if limit is None else store.read_limited(plan.held, limit)
 
         failure: Exception | None = None
         unread: list[Plan] = []
         first = len(out)  # claims of earlier rounds of the batch are in ``out`` already
         origins = self._candidates.origins
-        bodies = fan_out(read, [plan.held for plan in won], store.batch_width)
+        bodies = fan_out(read, won, store.batch_width)
         for plan, outcome in zip(won, bodies, strict=True):
             error = outcome.exception()
             if isinstance(error, FileNotFoundError):
@@ -332,7 +349,7 @@ class Claims(View):
             out.append(Claim(plan.id, plan.held, plan.receive_count, plan.expiry_ms, body, origin))
         if unread:
             later.extend(self._give_back([(plan.held, _count_before(plan)) for plan in unread]))
-        if unread or self._unreadable:
+        if unread or self._unreadable.until:
             with self._lock:
                 self._unreadable.update(
                     [plan.id for plan in unread],
@@ -416,15 +433,14 @@ class Claims(View):
         lapsed: set[str | None] = set()  # groups whose claim in the batch ran out
         behind: list[str] = []
         for claim in claimed:
-            group = names.group_of(claim.id)
             if claim.expiry_ms <= now:
                 log.warning(
                     "%s: the claim of %s outlasted its visibility timeout",
                     self._store.url,
                     claim.name,
                 )
-                lapsed.add(group)
-            elif group is not None and group in lapsed:
+                lapsed.add(names.group_of(claim.id))
+            elif lapsed and (group := names.group_of(claim.id)) is not None and group in lapsed:
                 behind.append(claim.name)
             else:
                 kept.append(claim)

@@ -193,10 +193,13 @@ class Message:
         origins: names.Records = (),
     ) -> None:
         self.id = message_id
-        self.body, meta = unseal(message_id, body)
-        self.group = meta.group
-        self.attributes = dict(meta.attributes)
-        self.dedup_id = meta.dedup_id
+        if names.is_enveloped(message_id):
+            self.body, meta = unseal(message_id, body)
+            self.group = meta.group
+            self.attributes = dict(meta.attributes)
+            self.dedup_id = meta.dedup_id
+        else:  # its body alone (unseal() returns it as it is): no metadata to copy
+            self.body, self.group, self.attributes, self.dedup_id = body, None, {}, None
         self.receipt = receipt
         self.receive_count = receive_count
         self._hold = Hold(queue, receipt)

@@ -13,7 +13,7 @@ import functools
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Concatenate, ParamSpec, Protocol, TypeVar
+from typing import Concatenate, ParamSpec, Protocol, TypeVar, cast
 
 R = TypeVar("R")
 P = ParamSpec("P")
@@ -105,9 +105,12 @@ observer: Observer = OFF
 
 
 def install(new: Observer) -> None:
-    """Make ``new`` the observer of every queue of the process (:data:`OFF`: none)."""
+    """Make ``new`` the observer of every queue of the process (:data:`OFF`:
+    none); the :func:`metered` methods count from then on (or no more)."""
     global observer
     observer = new
+    for each in _metered:
+        each.switch()
 
 
 def now() -> float:
@@ -146,20 +149,44 @@ class Located(Protocol):
 S = TypeVar("S", bound=Located)
 
 
+class _Metered:
+    """A store method that :func:`metered` reports: its class holds the plain
+    method while :data:`observer` is :data:`OFF`, the counting one otherwise
+    (:func:`install` switches every one)."""
+
+    __slots__ = ("counting", "name", "owner", "plain")
+
+    def __init__(self, plain: Callable[..., object], counting: Callable[..., object]) -> None:
+        self.plain, self.counting = plain, counting
+        self.owner: type | None = None
+        self.name = plain.__name__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.owner, self.name = owner, name
+        _metered.append(self)
+        self.switch()
+
+    def switch(self) -> None:
+        """Put the method that suits :data:`observer` in its class."""
+        setattr(self.owner, self.name, self.plain if observer is OFF else self.counting)
+
+
+_metered: list[_Metered] = []
+
+
 def metered(
     operation: str,
 ) -> Callable[[Callable[Concatenate[S, P], R]], Callable[Concatenate[S, P], R]]:
-    """Report each call of a store's method as one request ``operation``
-    (a check of :data:`observer` and nothing more while metrics are off)."""
+    """Report each call of a store's method (in a class body) as one request
+    ``operation``; while metrics are off, the method is called as it is, at
+    no cost (:func:`install` switches it)."""
 
     def decorate(method: Callable[Concatenate[S, P], R]) -> Callable[Concatenate[S, P], R]:
         def counted(store: S, /, *args: P.args, **kwargs: P.kwargs) -> R:
-            if observer is OFF:
-                return method(store, *args, **kwargs)
             with request(store.url, operation):
                 return method(store, *args, **kwargs)
 
         functools.update_wrapper(counted, method)
-        return counted
+        return cast("Callable[Concatenate[S, P], R]", _Metered(method, counted))
 
     return decorate

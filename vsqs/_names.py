@@ -366,8 +366,11 @@ class MsClock:
 
     def now_ms(self) -> int:
         """The clock in whole ms, rounded down: what has surely passed."""
-        offset = self.offset()  # first: a measure may take a request
-        return int(self.clock() * 1000) + offset
+        offset = self.offset
+        if offset is _no_offset:  # a directory's: no call
+            return int(self.clock() * 1000)
+        measured = offset()  # first: a measure may take a request
+        return int(self.clock() * 1000) + measured
 
     def expiry_ms(self, after_ms: int) -> int:
         """``after_ms`` from now, rounded up: a holder never gets less than asked.
@@ -376,8 +379,9 @@ class MsClock:
         """
         if after_ms == 0:
             return self.now_ms()
-        offset = self.offset()
-        return math.ceil(self.clock() * 1000) + offset + after_ms
+        offset = self.offset
+        measured = 0 if offset is _no_offset else offset()
+        return math.ceil(self.clock() * 1000) + measured + after_ms
 
     def local_ms(self, ms: int) -> int:
         """A time of a name (ms) on this client's clock."""

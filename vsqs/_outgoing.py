@@ -5,10 +5,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from . import _meter as meter
 from ._config import QueueConfig
-from ._envelope import HEADER_SLACK, Meta, attributes_size, content_dedup_id, meta, seal
+from ._envelope import (
+    HEADER_SLACK,
+    NO_META,
+    Meta,
+    attributes_size,
+    content_dedup_id,
+    meta,
+    seal,
+)
 from ._errors import InvalidArgument, MessageTooLarge, QueueConfigError
 from ._message import Body, as_bytes
 
@@ -25,8 +34,7 @@ class Outgoing:
     attributes: Mapping[str, str] | None = None
 
 
-@dataclass(frozen=True)
-class Prepared:
+class Prepared(NamedTuple):
     """A message ready to publish: what is stored, and its metadata."""
 
     data: bytes
@@ -50,6 +58,9 @@ def prepare(
     ids: list[str | None] = [None] * len(items) if dedup_ids is None else list(dedup_ids)
     if len(ids) != len(items):
         raise InvalidArgument(f"{len(ids)} dedup_ids for {len(items)} messages")
+    plain = None if group is not None or attributes is not None else _plain(items, ids, config)
+    if plain is not None:
+        return plain
     out: list[Prepared] = []
     for i, (item, dedup_id) in enumerate(zip(items, ids, strict=True)):
         if isinstance(item, Outgoing):
@@ -89,4 +100,26 @@ def prepare(
                 "move its messages into a new queue (vsqs move) to use them"
             )
         out.append(Prepared(data, m))
+    return out
+
+
+def _plain(
+    items: list[Body | Outgoing], ids: list[str | None], config: QueueConfig
+) -> list[Prepared] | None:
+    """What :func:`prepare` makes of bodies without metadata (a send with no
+    group or attributes, of no deduplication id, content-based or given, and
+    no trace context: each is stored as its body alone), decided without
+    building any metadata; ``None`` where a message may have some (an
+    :class:`Outgoing`) or is too large: :func:`prepare` says why."""
+    if ids.count(None) != len(ids) or config.content_dedup or meter.observer is not meter.OFF:
+        return None  # an observer's trace context may join the attributes
+    max_size = config.max_message_size
+    out: list[Prepared] = []
+    for item in items:
+        if isinstance(item, Outgoing):
+            return None
+        body = as_bytes(item)
+        if len(body) > max_size:
+            return None
+        out.append(Prepared(body, NO_META))
     return out

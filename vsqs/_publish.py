@@ -12,6 +12,7 @@ from contextlib import contextmanager, suppress
 
 from . import _meter as meter
 from . import _names as names
+from ._envelope import NO_META
 from ._errors import StorageError, VsqsError, storage_errors
 from ._fanout import fan_out
 from ._inspect import RESTAMP_AFTER
@@ -52,13 +53,13 @@ def publish(
     a message the caller holds, whose earlier attempt may have crashed.
     Stores that create atomically get ``final`` directly.
     """
-    tmp = names.new_name(message_id)
     if store.creates_atomically(durable):
         try:
             store.write_new(final, data, fsync=durable)
         except FileExistsError:
             return False
         return True
+    tmp = names.new_name(message_id)
     try:
         store.write_new(tmp, data, fsync=durable)
     except FileExistsError:
@@ -257,10 +258,14 @@ class Publisher:
     def send(self, items: list[Prepared], delay_ms: int) -> list[str]:
         """Publish each message on its own, in order; return the ids (a
         duplicate's is the id of the first message of its deduplication id)."""
+        if meter.observer is meter.OFF:  # metrics off: a branch
+            return self._send_each(items, delay_ms)
         return self._counted("send", self._send_each, items, delay_ms)
 
     def send_batch(self, items: list[Prepared], delay_ms: int) -> list[str]:
         """Publish a batch (:meth:`_send_batch`); return the ids in order."""
+        if meter.observer is meter.OFF:
+            return self._send_batch(items, delay_ms)
         return self._counted("send_batch", self._send_batch, items, delay_ms)
 
     def _counted(
@@ -279,14 +284,18 @@ class Publisher:
 
     def _send_each(self, items: list[Prepared], delay_ms: int) -> list[str]:
         sent: list[str] = []
-
-        def where() -> str:
-            done = f" ({len(sent)} of {len(items)} sent)" if len(items) > 1 else ""
-            return f"sending to {self._store.url}{done}"
-
-        with telling_sent(sent), storage_errors(where):
-            for item in items:
-                sent.append(self._send_one(item, delay_ms))
+        # telling_sent(sent) and storage_errors, inlined: they are on every send
+        try:
+            try:
+                for item in items:
+                    sent.append(self._send_one(item, delay_ms))
+            except OSError:
+                done = f" ({len(sent)} of {len(items)} sent)" if len(items) > 1 else ""
+                with storage_errors(f"sending to {self._store.url}{done}"):
+                    raise
+        except VsqsError as exc:
+            exc.sent = list(sent)
+            raise
         return sent
 
     def _send_one(self, item: Prepared, delay_ms: int) -> str:
@@ -294,14 +303,19 @@ class Publisher:
         collision), or burned by a create whose outcome is unknown (it may
         land later: a send is at least once). A message with a deduplication
         id goes through its record (:mod:`vsqs._dedup`)."""
-        tag, dedup_id = item.meta.tag, item.meta.dedup_id
-        if dedup_id is not None:
+        meta = item.meta
+        tag = None if meta is NO_META else meta.tag
+        if meta.dedup_id is not None:
             message_id = names.tagged(self._clock.next_id(), tag)
-            return self._dedup(dedup_id, message_id, item.data, delay_ms, self.publish_as)
+            return self._dedup(meta.dedup_id, message_id, item.data, delay_ms, self.publish_as)
+        next_id = self._clock.next_id
         for _ in range(SEND_ATTEMPTS):
-            message_id = names.tagged(self._clock.next_id(), tag)
-            visible_at = self._clock.expiry_ms(delay_ms) if delay_ms else None
-            final = names.published_name(message_id, visible_at)
+            message_id = next_id() if tag is None else names.tagged(next_id(), tag)
+            if delay_ms:
+                visible_at: int | None = self._clock.expiry_ms(delay_ms)
+                final = names.published_name(message_id, visible_at)
+            else:
+                visible_at, final = None, message_id
             try:
                 if publish(
                     self._store, self._durable, message_id, item.data, final, replace_new=False

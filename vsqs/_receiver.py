@@ -62,10 +62,12 @@ class Receiver(Claims):
     ) -> None:
         super().__init__(store, clock, new_grace_ms)
         self._max_poll_interval = max_poll_interval
-        self._closed = _forks.event()
-        #: Guards ``_receiving``, the receives under way; notified as one ends.
-        self._calls = _forks.condition()
+        self._closed = False  # set once by close(), never cleared: a flag, not an event
+        #: Guards ``_receiving``, the receives under way (a plain lock: it is
+        #: taken twice per receive); ``_ended`` is set as one ends once closed.
+        self._calls = _forks.lock()
         self._receiving = 0
+        self._ended = _forks.event()
         _forks.after_fork(self)
         self._received_at = clock.elapsed()  # when a receive last got something
 
@@ -101,6 +103,10 @@ class Receiver(Claims):
         :class:`QueueClosed` once :meth:`close` was called (at once, from a wait).
         """
         observer = meter.observer  # one for both calls: metrics may be enabled meanwhile
+        if observer is meter.OFF:
+            return self._poll(
+                max_messages, vt_ms, wait, stop, max_receives, exhausted, max_size, target
+            )
         started = observer.clock()
         got = self._poll(max_messages, vt_ms, wait, stop, max_receives, exhausted, max_size, target)
         observer.received(self._store.url, len(got), started)
@@ -123,39 +129,41 @@ class Receiver(Claims):
         with self._calls:  # a receive under way, for close()
             self._receiving += 1
         try:
-            with storage_errors(lambda: f"receiving from {self._store.url}"):
-                while True:
-                    if self._closed.is_set():
-                        raise QueueClosed(f"{self._store.url}: the queue is closed")
-                    if stop is not None and stop.is_set():
-                        return []
-                    got = self._claim_available(
-                        max_messages, vt_ms, max_receives, exhausted, max_size, target
-                    )
-                    if got:
-                        self._received_at = self._clock.elapsed()
-                        return got
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        return got
-                    if self._candidates.losses:
-                        # Lost every race: let the winners have this arrival and
-                        # come back when more have arrived, instead of waking with
-                        # every consumer at each one.
-                        time.sleep(min(remaining, random.uniform(0, CONTENTION_PAUSE)))
-                        continue
-                    if idle_wakes:
-                        # Woken by changes that brought nothing (other consumers'
-                        # claims): look less often, up to every CONTENTION_PAUSE s,
-                        # or idle consumers starve the busy ones of CPU.
-                        time.sleep(min(remaining, CONTENTION_PAUSE * min(idle_wakes, 8) / 8))
-                    self._wait(deadline - time.monotonic())
-                    idle_wakes += 1
+            while True:
+                if self._closed:
+                    raise QueueClosed(f"{self._store.url}: the queue is closed")
+                if stop is not None and stop.is_set():
+                    return []
+                got = self._claim_available(
+                    max_messages, vt_ms, max_receives, exhausted, max_size, target
+                )
+                if got:
+                    self._received_at = self._clock.elapsed()
+                    return got
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return got
+                if self._candidates.losses:
+                    # Lost every race: let the winners have this arrival and
+                    # come back when more have arrived, instead of waking with
+                    # every consumer at each one.
+                    time.sleep(min(remaining, random.uniform(0, CONTENTION_PAUSE)))
+                    continue
+                if idle_wakes:
+                    # Woken by changes that brought nothing (other consumers'
+                    # claims): look less often, up to every CONTENTION_PAUSE s,
+                    # or idle consumers starve the busy ones of CPU.
+                    time.sleep(min(remaining, CONTENTION_PAUSE * min(idle_wakes, 8) / 8))
+                self._wait(deadline - time.monotonic())
+                idle_wakes += 1
+        except OSError:
+            with storage_errors(f"receiving from {self._store.url}"):  # only when one failed
+                raise
         finally:
             with self._calls:
                 self._receiving -= 1
-                if self._closed.is_set():  # close() waits for the last to end
-                    self._calls.notify_all()
+            if self._closed:  # close() waits for the last to end
+                self._ended.set()
 
     def after_fork(self) -> None:
         """In a forked child: forget the view (a thread of the parent may have
@@ -166,12 +174,15 @@ class Receiver(Claims):
     def close(self) -> None:
         """Make every receive raise :class:`QueueClosed`; return once those
         under way have ended (a long poll is woken at once)."""
-        self._closed.set()
-        with self._calls:
-            while self._receiving:
-                # A receive between its check and its wait misses one wake: wake again.
-                self._store.wake()
-                self._calls.wait(CLOSE_WAKES)
+        self._closed = True
+        while True:
+            self._ended.clear()  # before the count: a receive that ends after it sets it
+            with self._calls:
+                if not self._receiving:
+                    return
+            # A receive between its check and its wait misses one wake: wake again.
+            self._store.wake()
+            self._ended.wait(CLOSE_WAKES)
 
     def poll_interval(self) -> float:
         """How long a waiting receiver sleeps between listings of a polled store now."""

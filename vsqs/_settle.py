@@ -45,6 +45,9 @@ class Settler:
     def delete(self, msg_or_receipt: Message | str) -> None:
         """See :meth:`vsqs.Queue.delete`."""
         observer = meter.observer  # one for both calls: metrics may be enabled meanwhile
+        if observer is meter.OFF:
+            self._ack(self._ack_target(msg_or_receipt))
+            return
         started = observer.clock()
         self._ack(self._ack_target(msg_or_receipt))
         observer.operation(self._owner.url, "delete", started)
@@ -52,10 +55,11 @@ class Settler:
     def delete_batch(self, msgs_or_receipts: Iterable[Message | str]) -> DeleteResult:
         """See :meth:`vsqs.Queue.delete_batch`."""
         observer = meter.observer
-        started = observer.clock()
+        started = 0.0 if observer is meter.OFF else observer.clock()
         targets = [self._ack_target(item) for item in msgs_or_receipts]
         done, stale, failed = self._batch(self._ack, targets, [t[0] for t in targets])
-        observer.operation(self._owner.url, "delete_batch", started)
+        if observer is not meter.OFF:
+            observer.operation(self._owner.url, "delete_batch", started)
         return DeleteResult([receipt for receipt, _ in done], stale, failed)
 
     def extend_batch(
@@ -228,12 +232,16 @@ class Settler:
         return stale_receipt(receipt, self._owner.url)
 
     def _delete(self, receipt: str, *, known: bool) -> None:
-        with storage_errors(lambda: f"deleting from {self._owner.url}"):
-            try:
-                self._store.delete(receipt, known=known)
-            except FileNotFoundError:
-                raise ReceiptExpired(f"cannot delete: {self._stale(receipt)}") from None
-        meter.observer.deleted(self._owner.url, receipt, self._clock.now_ms)
+        try:
+            self._store.delete(receipt, known=known)
+        except FileNotFoundError:
+            raise ReceiptExpired(f"cannot delete: {self._stale(receipt)}") from None
+        except OSError:
+            with storage_errors(f"deleting from {self._owner.url}"):  # only when one failed
+                raise
+        observer = meter.observer
+        if observer is not meter.OFF:
+            observer.deleted(self._owner.url, receipt, self._clock.now_ms)
         self._tracker.deleted(receipt)
 
 

@@ -65,7 +65,7 @@ class View:
     def sent(self, name: str, visible_at: int | None) -> None:
         """Let this client's receives see its own send in FIFO order at once."""
         c = self._candidates
-        if not c.listed:
+        if c.token is None:  # not listed (Candidates.listed, without the call)
             return
         with self._lock:
             if visible_at is None:
@@ -148,16 +148,17 @@ class View:
     def _passes_over(self, message_id: str) -> bool:
         """Whether this receiver passes over the message now (for good, or
         until the pass-over after a read that failed ends)."""
-        return message_id in self._passed_over or self._unreadable.waiting(
+        if message_id in self._passed_over:
+            return True
+        unreadable = self._unreadable
+        return message_id in unreadable.until and unreadable.waiting(
             message_id, self._clock.elapsed
         )
 
-    def _can_claim(self, parsed: names.Name, name: str) -> bool:
-        """Whether a claim of ``name`` leaves its holder a name to let go of
-        it to (:func:`~vsqs._names.can_hold`). A message whose does not is
-        passed over for good, with one warning (caller holds the lock)."""
-        if names.can_hold(parsed):
-            return True
+    def _cannot_claim(self, parsed: names.Name, name: str) -> bool:
+        """A claim of ``name`` would leave its holder no name to let go of it
+        to (:func:`~vsqs._names.can_hold` said no): it is passed over for
+        good, with one warning; ``True`` (caller holds the lock)."""
         self._passed_over.add(parsed.id)
         log.warning(
             "%s: message %s cannot be received: its name has the last versions of the "
@@ -166,7 +167,7 @@ class View:
             self._store.url,
             name,
         )
-        return False
+        return True
 
     # ----------------------------------------------------------- listing
     def _relist(self, now_ms: int, target: str | None = None) -> None:

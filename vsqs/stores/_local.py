@@ -254,7 +254,8 @@ class LocalStore(Store):
         if "." in src and not src.endswith(NEW_SUFFIX):  # a held name, maybe from a receipt
             self._check_file(src)
         if self._noreplace:
-            if _renameat2(self.fd, src.encode(), self.fd, dst.encode(), _RENAME_NOREPLACE) == 0:  # type: ignore[misc]
+            fd = self.fd
+            if _renameat2(fd, src.encode(), fd, dst.encode(), _RENAME_NOREPLACE) == 0:  # type: ignore[misc]
                 return
             err = ctypes.get_errno()
             if err not in (errno.ENOSYS, errno.EINVAL):
@@ -363,7 +364,10 @@ def _read_whole(fd: int, size: int) -> bytes:
 
 
 def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
+    written = os.write(fd, data)  # all of it, but for huge or interrupted writes
+    if written == len(data):
+        return
+    view = memoryview(data)[written:]
     while view:
         view = view[os.write(fd, view) :]
 
