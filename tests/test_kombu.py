@@ -21,6 +21,8 @@ from vsqs.kombu import Transport, Unsupported, celery_name, vsqs_name
 from vsqs.kombu._held import Held
 from vsqs.testing import FakeClock
 
+from .support.waiting import wait_until
+
 PIDBOX = "celery@host.example.com.celery.pidbox"
 
 
@@ -121,9 +123,9 @@ def test_closing_the_connection_releases_what_it_held_unacked(tmp_path: Path) ->
         conn.Producer().publish("held", routing_key="jobs", declare=[Queue("jobs")])
         drain_one(conn, "jobs")
         assert vq(tmp_path).stats().in_flight == 1
-        assert any(t.name == "vsqs-kombu-extend" for t in threading.enumerate())
+        assert any(t.name == "vsqs-heartbeat" for t in threading.enumerate())
     assert vq(tmp_path).stats().ready == 1
-    assert not any(t.name == "vsqs-kombu-extend" for t in threading.enumerate())
+    assert not any(t.name == "vsqs-heartbeat" for t in threading.enumerate())
 
 
 def test_the_transport_s_visibility_timeout_is_that_of_each_receive(tmp_path: Path) -> None:
@@ -136,19 +138,30 @@ def test_the_transport_s_visibility_timeout_is_that_of_each_receive(tmp_path: Pa
 
 
 def test_a_held_message_is_extended_before_it_expires(tmp_path: Path) -> None:
+    """The holder's heartbeat (every third of a 0.3 s timeout, on a real
+    thread) extends it on the queue's clock: each time it did, the clock
+    moves on by two thirds of the timeout, three times in all, past two
+    timeouts; nobody else receives it meanwhile."""
     clock = FakeClock()
     queue = vsqs.Queue(str(tmp_path / "jobs"), clock=clock)
     other = vsqs.Queue(str(tmp_path / "jobs"), clock=clock)
     queue.send(b"long task")
-    held = Held(10.0)
-    held.close()  # a closed holder starts no thread: here it is extended by hand only
-    held.add("tag", queue, queue.receive(visibility_timeout=10))
-    for _ in range(3):  # 24 s of the queue's clock in all, past two timeouts
-        clock.advance(8)
-        held.extend_all()
-        assert other.receive() is None
-    clock.advance(10.5)
-    assert other.receive() is not None  # once no longer extended, it comes back
+    held = Held(0.3)
+    message = queue.receive(visibility_timeout=0.3)
+    assert message is not None
+    held.add("tag", queue, message)
+    try:
+        for _ in range(3):
+            receipt = message.receipt
+            wait_until(lambda old=receipt: message.receipt != old, 60, "the heartbeat's extend")
+            clock.advance(0.2)
+            assert other.receive() is None
+    finally:
+        held.close()
+    assert queue.stats().ready == 1  # closing released it: visible at once
+    clock.advance(1)  # another receiver's listing is renewed within a second
+    again = other.receive()
+    assert again is not None and again.receive_count == 2
 
 
 def test_an_eta_becomes_a_delay_in_the_queue(tmp_path: Path) -> None:
