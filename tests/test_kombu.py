@@ -3,6 +3,7 @@ directories (docs/celery.md). Celery workers: tests/test_kombu_celery.py."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -290,3 +291,60 @@ def test_no_ack_consumers_delete_at_receipt_and_a_bad_eta_is_one_error(tmp_path:
         assert (stats.ready, stats.in_flight) == (0, 0)
         with pytest.raises(vsqs.InvalidArgument, match="ISO 8601"):
             producer.publish("x", routing_key="jobs", headers={"eta": "tomorrow"})
+
+
+@pytest.fixture
+def fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every ``os.fsync`` of this process from now on (each still made)."""
+    calls: list[int] = []
+    real = os.fsync
+
+    def counted(fd: int) -> None:
+        calls.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", counted)
+    return calls
+
+
+def test_a_transient_message_is_sent_without_syncing_a_persistent_one_with(
+    tmp_path: Path, fsyncs: list[int]
+) -> None:
+    """kombu's ``delivery_mode`` (Celery's ``task_default_delivery_mode``):
+    transient (1) is vsqs's ``durable=False``, persistent (2, the default) a
+    durable send."""
+    with Connection(url(tmp_path)) as conn:
+        producer = conn.Producer()
+        producer.publish("warm", routing_key="jobs", declare=[Queue("jobs")])
+        sent = {}
+        for mode in ("transient", "persistent"):
+            fsyncs.clear()
+            producer.publish(mode, routing_key="jobs", delivery_mode=mode)
+            sent[mode] = len(fsyncs)
+        assert sent["transient"] == 0 and sent["persistent"] >= 2  # the file, its directory
+        got = [drain_one(conn, "jobs") for _ in range(3)]
+        assert [m.payload for m in got] == ["warm", "transient", "persistent"]
+        for message in got:
+            message.ack()
+    stats = vq(tmp_path).stats()
+    assert (stats.ready, stats.in_flight) == (0, 0)
+
+
+def test_a_consuming_channel_collects_the_dedup_records_of_old_windows(tmp_path: Path) -> None:
+    """Each task leaves its dedup id's record and sent mark; a channel that
+    polls a queue runs its gc() once per dedup window, in a thread, which
+    removes those two windows old and keeps the others."""
+    queue = vsqs.Queue(f"{tmp_path}/jobs")
+    queue.send(b"t", dedup_id="T1:0:0")
+    fresh = sorted(n for n in os.listdir(queue.url) if n.startswith("vsqs-dedup."))
+    assert len(fresh) == 2
+    old = [n.replace(n.split(".")[2], "1", 1) for n in fresh]  # slot 1: 1970
+    for name in old:
+        (tmp_path / "jobs" / name).write_bytes((tmp_path / "jobs" / fresh[0]).read_bytes())
+    with Connection(url(tmp_path)) as conn:
+        drain_one(conn, "jobs").ack()
+        wait_until(
+            lambda: not set(old) & set(os.listdir(queue.url)), 60, "the old records collected"
+        )
+        assert [n for n in os.listdir(queue.url) if n.startswith("vsqs-dedup.")] == fresh
+    assert not [t for t in threading.enumerate() if t.name == "vsqs-kombu-gc"]  # joined
