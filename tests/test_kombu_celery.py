@@ -284,7 +284,7 @@ def test_the_example_of_the_celery_guide_runs_as_written(tmp_path: Path) -> None
 
 def test_the_celery_benchmark_runs_every_variant() -> None:
     best = bench_celery.run(tasks=20, repeat=1)
-    assert set(best) == {"vsqs", "vsqs-nosync", "filesystem"}
+    assert set(best) == {"vsqs", "vsqs-transient", "filesystem"}
     assert all(rate > 0 for rate in best.values())
 
 
