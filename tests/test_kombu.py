@@ -319,9 +319,12 @@ def test_a_transient_message_is_sent_without_syncing_a_persistent_one_with(
         sent = {}
         for mode in ("transient", "persistent"):
             fsyncs.clear()
-            producer.publish(mode, routing_key="jobs", delivery_mode=mode)
+            headers = task_headers(f"task-{mode}", 0)  # a Celery task: with its dedup id
+            producer.publish(mode, routing_key="jobs", delivery_mode=mode, headers=headers)
             sent[mode] = len(fsyncs)
-        assert sent["transient"] == 0 and sent["persistent"] >= 2  # the file, its directory
+        # three creates (the dedup record, the message, its sent mark), each
+        # file and the directory after it synced
+        assert sent == {"transient": 0, "persistent": 6}
         got = [drain_one(conn, "jobs") for _ in range(3)]
         assert [m.payload for m in got] == ["warm", "transient", "persistent"]
         for message in got:
