@@ -351,3 +351,21 @@ def test_a_consuming_channel_collects_the_dedup_records_of_old_windows(tmp_path:
         )
         assert [n for n in os.listdir(queue.url) if n.startswith("vsqs-dedup.")] == fresh
     assert not [t for t in threading.enumerate() if t.name == "vsqs-kombu-gc"]  # joined
+
+
+def test_without_dedup_ids_a_task_id_published_twice_is_two_messages(
+    tmp_path: Path, fsyncs: list[int]
+) -> None:
+    """``dedup_ids=False``: one create (and, persistent, two syncs) a task,
+    as on kombu's filesystem and SQS standard transports; a duplicate runs twice."""
+    with Connection(url(tmp_path), transport_options={"dedup_ids": False}) as conn:
+        producer = conn.Producer()
+        producer.publish("warm", routing_key="jobs", declare=[Queue("jobs")])
+        fsyncs.clear()
+        for _ in range(2):
+            producer.publish("t", routing_key="jobs", headers=task_headers("T1", 0))
+        assert len(fsyncs) == 2 * 2  # each message and its directory
+    assert vq(tmp_path).stats().ready == 3
+    assert not [n for n in os.listdir(tmp_path / "jobs") if n.startswith("vsqs-dedup.")]
+    with pytest.raises(vsqs.InvalidArgument, match="dedup_ids"):
+        Connection(url(tmp_path), transport_options={"dedup_ids": "no"}).connect()

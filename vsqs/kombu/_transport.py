@@ -56,6 +56,8 @@ class Options:
     wait: float
     storage_options: dict[str, Any] | None
     queue_settings: dict[str, Any]
+    #: Send each Celery task with its dedup id (:func:`task_dedup_id`).
+    dedup_ids: bool = True
 
     @classmethod
     def parse(cls, given: dict[str, Any]) -> Options:
@@ -68,11 +70,15 @@ class Options:
         storage_options = given.get("storage_options")
         if storage_options is not None and not isinstance(storage_options, dict):
             raise InvalidArgument("storage_options must be a dict")
+        dedup_ids = given.get("dedup_ids", True)
+        if not isinstance(dedup_ids, bool):
+            raise InvalidArgument("dedup_ids must be True or False")
         return cls(
             visibility_timeout=vt,
             wait=seconds(given.get("wait", DEFAULT_WAIT), "wait"),
             storage_options=storage_options,
             queue_settings={k: given[k] for k in _QUEUE_SETTINGS if given.get(k) is not None},
+            dedup_ids=dedup_ids,
         )
 
 
@@ -168,7 +174,7 @@ class Channel(virtual.Channel):
         self.connection.queue(queue, durable=durable).send(
             dumps(message),
             delay=eta_delay(headers, time.time()),
-            dedup_id=task_dedup_id(headers),
+            dedup_id=task_dedup_id(headers) if self.connection.options.dedup_ids else None,
         )
 
     def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
