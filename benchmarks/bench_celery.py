@@ -1,8 +1,8 @@
 """Celery throughput: empty tasks through a worker with 2 prefork processes,
 vsqs's transport (``vsqs+file://``: persistent tasks, Celery's default, each
-send synced to disk; and transient ones, ``task_default_delivery_mode =
-"transient"``, not synced) against kombu's ``filesystem://`` transport, in
-the same run on the same disk.
+send synced to disk; transient ones, ``task_default_delivery_mode =
+"transient"``, not synced; and transient ones without dedup ids) against
+kombu's ``filesystem://`` transport, in the same run on the same disk.
 
 Each round starts one ``celery worker -c 2`` on a fresh directory, waits
 until it ran a first task, then times N tasks from their first publish (one
@@ -58,20 +58,25 @@ def empty():
 
 #: The variants: vsqs with Celery's default persistent tasks (every send
 #: synced to disk), vsqs with transient tasks (not synced: the durability of
-#: kombu's filesystem transport, which syncs nothing), and kombu's filesystem
-#: transport (with Celery's default, which it does not sync).
-VARIANTS = ("vsqs", "vsqs-transient", "filesystem")
+#: kombu's filesystem transport, which syncs nothing), the same without the
+#: dedup ids of tasks (``dedup_ids=False``: what kombu's filesystem transport
+#: offers), and kombu's filesystem transport (with Celery's default, which it
+#: does not sync).
+VARIANTS = ("vsqs", "vsqs-transient", "vsqs-no-dedup", "filesystem")
+VSQS_VARIANTS = VARIANTS[:-1]
 
 
 def broker(variant: str, where: Path) -> tuple[str, dict[str, Any], dict[str, str]]:
     """The broker URL, transport options and environment of a variant, under ``where``."""
-    delivery = {"BENCH_DELIVERY": "transient" if variant == "vsqs-transient" else "persistent"}
+    transient = variant in ("vsqs-transient", "vsqs-no-dedup")
+    delivery = {"BENCH_DELIVERY": "transient" if transient else "persistent"}
     if variant == "filesystem":
         folder = where / "filesystem"
         folder.mkdir()
-        options = {"data_folder_in": str(folder), "data_folder_out": str(folder)}
+        options: dict[str, Any] = {"data_folder_in": str(folder), "data_folder_out": str(folder)}
         return "filesystem://", options, delivery
-    return f"vsqs+file://{where / 'vsqs'}", {}, delivery
+    options = {"dedup_ids": False} if variant == "vsqs-no-dedup" else {}
+    return f"vsqs+file://{where / 'vsqs'}", options, delivery
 
 
 def wait_for(done: Path, count: int, worker: subprocess.Popen[bytes], log: Path) -> None:
@@ -171,8 +176,8 @@ def main() -> None:
     for variant, rate in best.items():
         rounds = ", ".join(f"{r:.0f}" for r in rates[variant])
         crashed = f"; {crashes[variant]} worker crashes" if crashes[variant] else ""
-        print(f"{variant:>14}: {rate:6.0f} tasks/s best of [{rounds}] ({tasks} tasks{crashed})")
-    for variant in ("vsqs", "vsqs-transient"):
+        print(f"{variant:>15}: {rate:6.0f} tasks/s best of [{rounds}] ({tasks} tasks{crashed})")
+    for variant in VSQS_VARIANTS:
         if best["filesystem"]:
             print(f"{variant} / filesystem: {best[variant] / best['filesystem']:.2f}x")
 
