@@ -3,6 +3,7 @@ directories (docs/celery.md). Celery workers: tests/test_kombu_celery.py."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -20,6 +21,8 @@ from vsqs._config import MAX_SECONDS
 from vsqs.kombu import Transport, Unsupported, celery_name, vsqs_name
 from vsqs.kombu._held import Held
 from vsqs.testing import FakeClock
+
+from .support.waiting import wait_until
 
 PIDBOX = "celery@host.example.com.celery.pidbox"
 
@@ -121,9 +124,9 @@ def test_closing_the_connection_releases_what_it_held_unacked(tmp_path: Path) ->
         conn.Producer().publish("held", routing_key="jobs", declare=[Queue("jobs")])
         drain_one(conn, "jobs")
         assert vq(tmp_path).stats().in_flight == 1
-        assert any(t.name == "vsqs-kombu-extend" for t in threading.enumerate())
+        assert any(t.name == "vsqs-heartbeat" for t in threading.enumerate())
     assert vq(tmp_path).stats().ready == 1
-    assert not any(t.name == "vsqs-kombu-extend" for t in threading.enumerate())
+    assert not any(t.name == "vsqs-heartbeat" for t in threading.enumerate())
 
 
 def test_the_transport_s_visibility_timeout_is_that_of_each_receive(tmp_path: Path) -> None:
@@ -136,19 +139,30 @@ def test_the_transport_s_visibility_timeout_is_that_of_each_receive(tmp_path: Pa
 
 
 def test_a_held_message_is_extended_before_it_expires(tmp_path: Path) -> None:
+    """The holder's heartbeat (every third of a 0.3 s timeout, on a real
+    thread) extends it on the queue's clock: each time it did, the clock
+    moves on by two thirds of the timeout, three times in all, past two
+    timeouts; nobody else receives it meanwhile."""
     clock = FakeClock()
     queue = vsqs.Queue(str(tmp_path / "jobs"), clock=clock)
     other = vsqs.Queue(str(tmp_path / "jobs"), clock=clock)
     queue.send(b"long task")
-    held = Held(10.0)
-    held.close()  # a closed holder starts no thread: here it is extended by hand only
-    held.add("tag", queue, queue.receive(visibility_timeout=10))
-    for _ in range(3):  # 24 s of the queue's clock in all, past two timeouts
-        clock.advance(8)
-        held.extend_all()
-        assert other.receive() is None
-    clock.advance(10.5)
-    assert other.receive() is not None  # once no longer extended, it comes back
+    held = Held(0.3)
+    message = queue.receive(visibility_timeout=0.3)
+    assert message is not None
+    held.add("tag", queue, message)
+    try:
+        for _ in range(3):
+            receipt = message.receipt
+            wait_until(lambda old=receipt: message.receipt != old, 60, "the heartbeat's extend")
+            clock.advance(0.2)
+            assert other.receive() is None
+    finally:
+        held.close()
+    assert queue.stats().ready == 1  # closing released it: visible at once
+    clock.advance(1)  # another receiver's listing is renewed within a second
+    again = other.receive()
+    assert again is not None and again.receive_count == 2
 
 
 def test_an_eta_becomes_a_delay_in_the_queue(tmp_path: Path) -> None:
@@ -277,3 +291,81 @@ def test_no_ack_consumers_delete_at_receipt_and_a_bad_eta_is_one_error(tmp_path:
         assert (stats.ready, stats.in_flight) == (0, 0)
         with pytest.raises(vsqs.InvalidArgument, match="ISO 8601"):
             producer.publish("x", routing_key="jobs", headers={"eta": "tomorrow"})
+
+
+@pytest.fixture
+def fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every ``os.fsync`` of this process from now on (each still made)."""
+    calls: list[int] = []
+    real = os.fsync
+
+    def counted(fd: int) -> None:
+        calls.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", counted)
+    return calls
+
+
+def test_a_transient_message_is_sent_without_syncing_a_persistent_one_with(
+    tmp_path: Path, fsyncs: list[int]
+) -> None:
+    """kombu's ``delivery_mode`` (Celery's ``task_default_delivery_mode``):
+    transient (1) is vsqs's ``durable=False``, persistent (2, the default) a
+    durable send."""
+    with Connection(url(tmp_path)) as conn:
+        producer = conn.Producer()
+        producer.publish("warm", routing_key="jobs", declare=[Queue("jobs")])
+        sent = {}
+        for mode in ("transient", "persistent"):
+            fsyncs.clear()
+            headers = task_headers(f"task-{mode}", 0)  # a Celery task: with its dedup id
+            producer.publish(mode, routing_key="jobs", delivery_mode=mode, headers=headers)
+            sent[mode] = len(fsyncs)
+        # three creates (the dedup record, the message, its sent mark), each
+        # file and the directory after it synced
+        assert sent == {"transient": 0, "persistent": 6}
+        got = [drain_one(conn, "jobs") for _ in range(3)]
+        assert [m.payload for m in got] == ["warm", "transient", "persistent"]
+        for message in got:
+            message.ack()
+    stats = vq(tmp_path).stats()
+    assert (stats.ready, stats.in_flight) == (0, 0)
+
+
+def test_a_consuming_channel_collects_the_dedup_records_of_old_windows(tmp_path: Path) -> None:
+    """Each task leaves its dedup id's record and sent mark; a channel that
+    polls a queue runs its gc() once per dedup window, in a thread, which
+    removes those two windows old and keeps the others."""
+    queue = vsqs.Queue(f"{tmp_path}/jobs")
+    queue.send(b"t", dedup_id="T1:0:0")
+    fresh = sorted(n for n in os.listdir(queue.url) if n.startswith("vsqs-dedup."))
+    assert len(fresh) == 2
+    old = [n.replace(n.split(".")[2], "1", 1) for n in fresh]  # slot 1: 1970
+    for name in old:
+        (tmp_path / "jobs" / name).write_bytes((tmp_path / "jobs" / fresh[0]).read_bytes())
+    with Connection(url(tmp_path)) as conn:
+        drain_one(conn, "jobs").ack()
+        wait_until(
+            lambda: not set(old) & set(os.listdir(queue.url)), 60, "the old records collected"
+        )
+        assert [n for n in os.listdir(queue.url) if n.startswith("vsqs-dedup.")] == fresh
+    assert not [t for t in threading.enumerate() if t.name == "vsqs-kombu-gc"]  # joined
+
+
+def test_without_dedup_ids_a_task_id_published_twice_is_two_messages(
+    tmp_path: Path, fsyncs: list[int]
+) -> None:
+    """``dedup_ids=False``: one create (and, persistent, two syncs) a task,
+    as on kombu's filesystem and SQS standard transports; a duplicate runs twice."""
+    with Connection(url(tmp_path), transport_options={"dedup_ids": False}) as conn:
+        producer = conn.Producer()
+        producer.publish("warm", routing_key="jobs", declare=[Queue("jobs")])
+        fsyncs.clear()
+        for _ in range(2):
+            producer.publish("t", routing_key="jobs", headers=task_headers("T1", 0))
+        assert len(fsyncs) == 2 * 2  # each message and its directory
+    assert vq(tmp_path).stats().ready == 3
+    assert not [n for n in os.listdir(tmp_path / "jobs") if n.startswith("vsqs-dedup.")]
+    with pytest.raises(vsqs.InvalidArgument, match="dedup_ids"):
+        Connection(url(tmp_path), transport_options={"dedup_ids": "no"}).connect()

@@ -15,7 +15,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Protocol
 
@@ -23,7 +23,7 @@ from . import _forks
 from ._config import QueueConfig
 from ._errors import QueueNotFound, ReceiptExpired, VsqsError
 from ._fanout import fan_out
-from ._message import Message
+from ._message import ExtendResult, Message
 from ._names import CONFIG_NAME, MsClock
 from ._options import ConsumePlan
 from .stores._base import Store
@@ -64,7 +64,9 @@ class WorkerQueue(Protocol):
 
     def release(self, message: Message, /, *, delay: float = 0) -> None: ...
 
-    def extend(self, message: Message, visibility_timeout: float, /) -> Message: ...
+    def extend_batch(
+        self, messages: Iterable[Message], visibility_timeout: float, /
+    ) -> ExtendResult: ...
 
 
 class FailureLog:
@@ -223,11 +225,14 @@ def queue_gone(store: Store) -> bool:
 
 
 class Heartbeat:
-    """One background thread per ``consume`` call that keeps the messages being
-    handled invisible, extending them every third of the visibility timeout
-    (side by side on object stores, as a batch's other requests). A message
-    whose extend fails (someone else received it meanwhile) is dropped with a
-    warning; the others are kept."""
+    """One background thread that keeps the messages being handled (of one
+    queue) invisible: every third of the visibility timeout, one
+    :meth:`vsqs.Queue.extend_batch` of them all (side by side on object
+    stores). A message whose receipt turned out stale (received by someone
+    else meanwhile, or settled by this client) is dropped, with a warning if
+    it was not settled; one whose extend failed on storage
+    (:class:`StorageError`) is kept and tried again at the next round, with a
+    warning. If the queue refuses the whole batch (closed), all are dropped."""
 
     def __init__(self, queue: WorkerQueue, visibility_timeout: float) -> None:
         self._queue, self._vt = queue, visibility_timeout
@@ -260,7 +265,7 @@ class Heartbeat:
 
     def add(self, *messages: Message) -> None:
         """Keep ``messages`` invisible too (extended with the others: within a
-        third of the visibility timeout from now)."""
+        third of the visibility timeout from now). Never waits for a round."""
         with self._changed:
             if not self._messages:
                 self._extended_at = time.monotonic()
@@ -270,6 +275,15 @@ class Heartbeat:
     def drop(self, *messages: Message) -> None:
         """Stop keeping ``messages`` invisible. Returns as :meth:`watch` does."""
         self._after_round(lambda held: without(held, messages), restart=False)
+
+    def forget(self, *messages: Message) -> None:
+        """Stop keeping ``messages`` invisible, at once: unlike :meth:`drop`,
+        without waiting for a round under way. For messages this client has
+        settled (or tried to): a round's extend of one either ran before the
+        settle (which then takes the new receipt) or finds it stale, so a
+        deleted or released message never comes back hidden."""
+        with self._changed:
+            self._messages = without(self._messages, messages)
 
     def _after_round(self, change: Callable[[list[Message]], list[Message]], restart: bool) -> None:
         with self._changed:
@@ -296,14 +310,44 @@ class Heartbeat:
                     self._changed.wait(remaining if self._messages and remaining > 0 else None)
                 watched = [m for m in self._messages if not m.settled]
                 self._extended_at, self._extending = time.monotonic(), True
-            lost = attempt(self._queue, self._extend, watched, "heartbeat for %s stopped")
-            with self._changed:  # only add() changed them meanwhile
+            lost = self._extend(watched)
+            with self._changed:  # only add() and forget() changed them meanwhile
                 self._extending = False
                 self._messages = [m for m in without(self._messages, lost) if not m.settled]
                 self._changed.notify_all()
 
-    def _extend(self, message: Message) -> None:
-        self._queue.extend(message, self._vt)
+    def _extend(self, watched: list[Message]) -> list[Message]:
+        """Extend ``watched`` in one batch; return those to drop (logged)."""
+        if not watched:
+            return []
+        receipts = [m.receipt for m in watched]  # before: the batch updates them in place
+        try:
+            result = self._queue.extend_batch(watched, self._vt)
+        except VsqsError as exc:  # the queue refused them all (it was closed)
+            url = self._queue.url
+            log.warning("%s: heartbeat stopped for %d messages: %s", url, len(watched), exc)
+            return watched
+        lost: list[Message] = []
+        stale = set(result.stale)
+        for message, receipt in zip(watched, receipts, strict=True):
+            failed = result.failed.get(receipt or "")
+            if failed is not None:
+                log.warning(
+                    "%s: extending %s failed (tried again in %.3g s): %s",
+                    self._queue.url,
+                    message.id,
+                    self._vt / 3,
+                    failed,
+                )
+            elif receipt in stale:
+                lost.append(message)
+                if not message.settled:
+                    log.warning(
+                        "%s: heartbeat for %s stopped: its receipt is stale",
+                        self._queue.url,
+                        message.id,
+                    )
+        return lost
 
 
 def without(messages: Sequence[Message], gone: Sequence[Message]) -> list[Message]:

@@ -16,7 +16,10 @@ Cancelling a long-poll ``receive(wait=...)`` raises ``CancelledError`` in the
 caller at once. The thread behind it stops at its next wake-up (within about
 a second) without claiming more; a message it had claimed just before is
 given back at once, with the receive count it had (it reached nobody), so a
-cancelled receive never keeps a message hidden and never counts.
+cancelled receive never keeps a message hidden and never counts. Cancelling
+any other call raises ``CancelledError`` at once too: a call that has begun
+on its thread finishes there (a ``Message`` given is updated in place), and
+one still waiting for a thread is never made.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import functools
 import inspect
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from types import TracebackType
@@ -34,14 +37,21 @@ from typing import Any, Generic, ParamSpec, TypedDict, TypeVar, Unpack
 
 from . import _message, _queue
 from ._aio_sigterm import sigterm_cancels
+from ._aio_threads import move, redrive
 from ._config import positive_int
 from ._errors import QueueClosed, VsqsError
-from ._message import Body, DeadLettered, DeleteResult, Progress, QueueStats
-from ._move import move as sync_move
+from ._message import (
+    Body,
+    DeadLettered,
+    DeleteResult,
+    ExtendResult,
+    Progress,
+    QueueStats,
+    ReleaseResult,
+)
 from ._options import ConsumeOptions, ConsumePlan
 from ._outgoing import Outgoing
 from ._receiver import CLOSE_WAKES
-from ._redrive import redrive as sync_redrive
 from ._worker import ConsumePacing, FailureLog, Run, failure_log, settle
 
 log = logging.getLogger("vsqs")
@@ -278,6 +288,24 @@ class Queue:
         queue = await self.open()
         await self._call(queue.release, _unwrap(msg_or_receipt), delay=delay)
 
+    async def extend_batch(
+        self, msgs_or_receipts: Iterable[Message | str], visibility_timeout: float
+    ) -> ExtendResult:
+        """See :meth:`vsqs.Queue.extend_batch`: its ``extended`` are
+        :class:`vsqs.Message` objects, those behind the ``Message`` given
+        (``.sync``, updated in place) or new ones for receipts."""
+        queue = await self.open()
+        items = [_unwrap(m) for m in msgs_or_receipts]
+        return await self._call(queue.extend_batch, items, visibility_timeout)
+
+    async def release_batch(
+        self, msgs_or_receipts: Iterable[Message | str], *, delay: float = 0
+    ) -> ReleaseResult:
+        """See :meth:`vsqs.Queue.release_batch`."""
+        queue = await self.open()
+        items = [_unwrap(m) for m in msgs_or_receipts]
+        return await self._call(queue.release_batch, items, delay=delay)
+
     async def peek(self, max_messages: int = 10) -> list[Message]:
         """See :meth:`vsqs.Queue.peek`."""
         queue = await self.open()
@@ -420,41 +448,6 @@ class Queue:
     async def _settle(self, message: Message, *, failed: bool, delay: float = 0) -> bool:
         queue = await self.open()
         return await self._call(settle, queue, message.sync, failed=failed, delay=delay)
-
-
-async def redrive(
-    dead_letter: object,
-    source: object,
-    *,
-    storage_options: dict[str, Any] | None = None,
-    max_messages: int | None = None,
-    force: bool = False,
-) -> int:
-    """:func:`vsqs.redrive` on a worker thread."""
-    return await asyncio.to_thread(
-        sync_redrive,
-        dead_letter,
-        source,
-        storage_options=storage_options,
-        max_messages=max_messages,
-        force=force,
-    )
-
-
-def _on_a_thread(fn: Callable[_P, _T]) -> Callable[_P, Coroutine[Any, Any, _T]]:
-    """``fn`` as a coroutine function that runs it on a worker thread."""
-
-    @functools.wraps(fn)
-    async def run(*args: _P.args, **kwargs: _P.kwargs) -> _T:
-        return await asyncio.to_thread(fn, *args, **kwargs)
-
-    run.__doc__ = f":func:`vsqs.{fn.__name__}` on a worker thread (callbacks are called there)."
-    return run
-
-
-move = _on_a_thread(sync_move)
-"""``await vsqs.aio.move(source, destination, ...)``: :func:`vsqs.move` (the
-same arguments) on a worker thread; ``progress`` is called there."""
 
 
 async def _side_by_side(work: Callable[[], Awaitable[None]], count: int) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -37,6 +38,9 @@ DEFAULT_WAIT = 1.0
 #: Seconds a channel whose prefetch slots are all taken waits for an ack at most.
 FULL_PAUSE = 0.5
 _QUEUE_SETTINGS = ("max_receives", "dead_letter")
+#: kombu's ``delivery_mode`` of a transient message (Celery's
+#: ``task_default_delivery_mode = "transient"``): sent without syncing.
+TRANSIENT = 1
 
 
 class Unsupported(VsqsError, NotImplementedError):
@@ -52,6 +56,8 @@ class Options:
     wait: float
     storage_options: dict[str, Any] | None
     queue_settings: dict[str, Any]
+    #: Send each Celery task with its dedup id (:func:`task_dedup_id`).
+    dedup_ids: bool = True
 
     @classmethod
     def parse(cls, given: dict[str, Any]) -> Options:
@@ -64,11 +70,15 @@ class Options:
         storage_options = given.get("storage_options")
         if storage_options is not None and not isinstance(storage_options, dict):
             raise InvalidArgument("storage_options must be a dict")
+        dedup_ids = given.get("dedup_ids", True)
+        if not isinstance(dedup_ids, bool):
+            raise InvalidArgument("dedup_ids must be True or False")
         return cls(
             visibility_timeout=vt,
             wait=seconds(given.get("wait", DEFAULT_WAIT), "wait"),
             storage_options=storage_options,
             queue_settings={k: given[k] for k in _QUEUE_SETTINGS if given.get(k) is not None},
+            dedup_ids=dedup_ids,
         )
 
 
@@ -159,15 +169,18 @@ class Channel(virtual.Channel):
 
     def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
         headers = message.get("headers") or {}
-        self._queue(queue).send(
+        properties = message.get("properties") or {}
+        durable = properties.get("delivery_mode") != TRANSIENT
+        self.connection.queue(queue, durable=durable).send(
             dumps(message),
             delay=eta_delay(headers, time.time()),
-            dedup_id=task_dedup_id(headers),
+            dedup_id=task_dedup_id(headers) if self.connection.options.dedup_ids else None,
         )
 
     def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
         options = self.connection.options
         vq = self._queue(queue)
+        self.connection.collect(queue)
         message = vq.receive(visibility_timeout=options.visibility_timeout, wait=options.wait)
         if message is None:
             raise Empty()
@@ -246,6 +259,13 @@ class Channel(virtual.Channel):
             self._held.close()
 
 
+def _collect(queue: Queue) -> None:
+    try:
+        queue.gc()
+    except (VsqsError, OSError) as exc:  # tried again a window later
+        log.warning("vsqs.kombu: collecting the leftovers of %s failed: %s", queue.url, exc)
+
+
 class Transport(virtual.Transport):
     """kombu's transport ``vsqs``: broker URL ``vsqs+<queue root>``."""
 
@@ -266,29 +286,58 @@ class Transport(virtual.Transport):
         topts = client.transport_options
         self.options = Options.parse(topts)
         self.root = queue_root(client.hostname)
-        self._queues: dict[str, Queue] = {}
+        self._queues: dict[tuple[str, bool], Queue] = {}
         self._queues_lock = _forks.lock()
+        self._next_gc: dict[str, float] = {}  # by Celery queue: when to collect again
+        self._collecting: list[threading.Thread] = []
         super().__init__(client, **kwargs)
         if "polling_interval" not in topts and self.options.wait == 0:
             self.polling_interval = 1.0
 
-    def queue(self, name: str) -> Queue:
-        """The vsqs queue of Celery queue ``name`` (created on first use)."""
+    def queue(self, name: str, *, durable: bool = True) -> Queue:
+        """The vsqs queue of Celery queue ``name`` (created on first use).
+
+        ``durable=False``: a second client of it whose sends are never synced
+        (``durable=False``), for transient messages; else the sends are
+        durable unless ``VSQS_DURABLE=0``.
+        """
         with self._queues_lock:
-            queue = self._queues.get(name)
+            queue = self._queues.get((name, durable))
             if queue is None:
                 queue = Queue(
                     self.root + vsqs_name(name),
                     storage_options=self.options.storage_options,
+                    durable=None if durable else False,
                     **self.options.queue_settings,
                 )
-                self._queues[name] = queue
+                self._queues[name, durable] = queue
             return queue
+
+    def collect(self, name: str) -> None:
+        """Collect the leftovers of Celery queue ``name`` (``Queue.gc()``, in a
+        thread) if it was not for a deduplication window: above all the two
+        files a task's dedup id leaves, removed two windows after its send."""
+        queue = self.queue(name)
+        now = time.monotonic()
+        with self._queues_lock:
+            if now < self._next_gc.get(name, now):
+                return
+            self._next_gc[name] = now + queue.config.dedup_window
+            self._collecting = [t for t in self._collecting if t.is_alive()]
+            thread = threading.Thread(
+                target=_collect, args=(queue,), name="vsqs-kombu-gc", daemon=True
+            )
+            self._collecting.append(thread)
+            thread.start()  # under the lock: close_connection joins only started ones
 
     def close_connection(self, connection: Any) -> None:
         try:
             super().close_connection(connection)
         finally:
+            with self._queues_lock:
+                collecting, self._collecting = self._collecting, []
+            for thread in collecting:  # before their queues close
+                thread.join()
             with self._queues_lock:
                 queues, self._queues = list(self._queues.values()), {}
             for queue in queues:
