@@ -63,7 +63,7 @@ def empty():
 #: offers), and kombu's filesystem transport (with Celery's default, which it
 #: does not sync).
 VARIANTS = ("vsqs", "vsqs-transient", "vsqs-no-dedup", "filesystem")
-VSQS_VARIANTS = VARIANTS[:-1]
+OUR_VARIANTS = VARIANTS[:-1]
 
 
 def broker(variant: str, where: Path) -> tuple[str, dict[str, Any], dict[str, str]]:
@@ -177,7 +177,7 @@ def main() -> None:
         rounds = ", ".join(f"{r:.0f}" for r in rates[variant])
         crashed = f"; {crashes[variant]} worker crashes" if crashes[variant] else ""
         print(f"{variant:>15}: {rate:6.0f} tasks/s best of [{rounds}] ({tasks} tasks{crashed})")
-    for variant in VSQS_VARIANTS:
+    for variant in OUR_VARIANTS:
         if best["filesystem"]:
             print(f"{variant} / filesystem: {best[variant] / best['filesystem']:.2f}x")
 
