@@ -532,18 +532,11 @@ def test_27_5_close_wakes_a_long_poll_in_another_thread(
     assert len(errors) == 1 and isinstance(errors[0], vsqs.QueueClosed), errors
 
 
-AIO_CLOSE_WHILE_OPENING = (
-    "issue 27 class 5 (aio): a receive begun as a fresh facade opens, closed meanwhile, "
-    "raises RuntimeError('cannot schedule new futures after shutdown'), not QueueClosed "
-    "(vsqs/aio.py receive_batch submits to the shut-down executor after open())"
-)
-
-
 @pytest.mark.parametrize(
     "opened",
     [
         True,
-        pytest.param(False, marks=pytest.mark.xfail(strict=True, reason=AIO_CLOSE_WHILE_OPENING)),
+        False,
     ],
     ids=["opened", "while-opening"],
 )

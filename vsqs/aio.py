@@ -163,8 +163,14 @@ class Queue:
             if self._opening is None:
                 self._opening = asyncio.Lock()
             async with self._opening:
+                if self._closed:  # while this call waited for another's open
+                    raise QueueClosed(f"{self.url}: the queue is closed")
                 if self._sync is None:
-                    self._sync = await self._call(_queue.Queue, self._url, **self._queue_args)
+                    sync = await self._call(_queue.Queue, self._url, **self._queue_args)
+                    if self._closed:  # close() came while it opened: not left open
+                        await asyncio.to_thread(sync.close)
+                        raise QueueClosed(f"{self.url}: the queue is closed")
+                    self._sync = sync
         return self._sync
 
     async def close(self) -> None:
