@@ -398,3 +398,59 @@ def test_the_warning_is_logged_once_per_process(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("VSQS_DURABEL") == 1, done.stderr
     assert len(done.stderr.splitlines()) == 1
+
+
+def test_a_client_whose_looks_failed_for_an_hour_still_finds_the_newest_version(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its looks failed (the store unreachable) while versions were written
+    and the older ones collected: its first look that reads them again
+    lists the versions, so it lands on the newest, not on one it can reach
+    by counting up from what it knew."""
+    clock = FakeClock()
+    path = str(tmp_path / "q")
+    with (
+        vsqs.Queue(vsqs.LocalStore(path), clock=clock) as client,
+        vsqs.Queue(path, clock=clock) as admin,
+    ):
+        reads = client.store.read
+
+        def unreachable(name: str) -> bytes:
+            raise ConnectionError(f"{name}: the store is unreachable")
+
+        client.store.read = unreachable  # type: ignore[method-assign]
+        for vt in (41, 42, 43):
+            admin.configure(visibility_timeout=vt)  # versions 2, 3, 4
+        with caplog.at_level("WARNING", logger="vsqs"):
+            for _ in range(int(configure.COLLECT_AFTER / configure.REFRESH_EVERY) + 1):
+                clock.advance(configure.REFRESH_EVERY)
+                assert client.receive() is None  # each look fails, and is logged
+        assert "could not look for a config change" in caplog.text
+        admin.configure(visibility_timeout=44)  # version 5; version 3 is collected
+        assert not (tmp_path / "q" / "vsqs-config.3").exists()
+        client.store.read = reads  # type: ignore[method-assign]
+        clock.advance(configure.REFRESH_EVERY)
+        assert client.receive() is None
+        assert client.config.visibility_timeout == 44
+
+
+@pytest.mark.parametrize("changed", [False, True], ids=["version-1", "version-2"])
+def test_a_client_of_a_queue_deleted_and_created_again_is_told(
+    changed: bool,
+) -> None:
+    """The queue was deleted and a new one created at its place between two
+    looks of a client: the client's next look raises QueueNotFound (it would
+    go on with the deleted queue's settings), whether it knew the first
+    version or a later one. (On a local directory the replaced directory
+    tells it first: tests/test_local_replaced.py.)"""
+    clock = FakeClock()
+    path = vsqs.MemoryStore("q")
+    with vsqs.Queue(path, clock=clock, visibility_timeout=33) as old:
+        if changed:
+            old.configure(max_message_size=1000)
+        with vsqs.Queue(path, clock=clock) as admin:
+            admin.delete_queue()
+        vsqs.Queue(path, clock=clock, visibility_timeout=5).close()
+        clock.advance(configure.REFRESH_EVERY)
+        with pytest.raises(vsqs.QueueNotFound, match="created again"):
+            old.receive()

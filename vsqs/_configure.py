@@ -250,7 +250,8 @@ class LiveConfig:
         self._clock = clock
         self.version = Version(1, first, {}, None)
         self._explicit = {k: v for k, v in explicit.items() if v is not None}
-        self._looked = -math.inf
+        self._looked = -math.inf  # the last look begun (its pace)
+        self._seen = -math.inf  # the last look that read the versions (what it may have missed)
         self._lock = _forks.lock()  # one look at a time; the others go on with what is known
         self._taking = _forks.lock()
         self.gone: str | None = None
@@ -259,13 +260,15 @@ class LiveConfig:
         """The newest version, at open: one read more than ``vsqs.json``
         on a queue never changed (no version 2), a listing of the versions
         on one that was."""
+        now = self._clock()  # before the read: the bound counts from here
         try:
             self._store.read(version_name(2))
         except FileNotFoundError:
-            self._looked = self._clock()
+            self._looked = self._seen = now
             return self.version.config
-        self._looked = self._clock()
-        return self.take(newest(self._store, 1, listing=True), warn=False)
+        found = newest(self._store, 1, listing=True)
+        self._looked = self._seen = now
+        return self.take(found, warn=False)
 
     def refresh(self) -> QueueConfig | None:
         """The newer version's settings if there is one, looked for at most
@@ -279,10 +282,20 @@ class LiveConfig:
         if since < REFRESH_EVERY or not self._lock.acquire(blocking=False):
             return None
         try:
-            listing = since >= COLLECT_AFTER / 2
+            # Versions may have been collected since the last look that read
+            # them (a failed look does not count): then list them.
+            listing = abs(now - self._seen) >= COLLECT_AFTER / 2
             self._looked = now
             with storage_errors(f"reading the config of {self._store.url}"):
                 found = newest(self._store, self.version.number, listing=listing)
+            self._seen = now
+            known = self.version
+            if found.number < known.number or (
+                found.number == known.number and found.config != known.config
+            ):
+                raise QueueNotFound(
+                    f"{self._store.url}: the queue was deleted and created again: reopen it"
+                )
         except QueueNotFound as exc:
             self.gone = str(exc)
             raise
