@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import subprocess
@@ -399,3 +400,18 @@ def test_a_receiver_out_of_descriptors_for_inotify_polls_and_still_wakes(tmp_pat
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "ok\n"
+
+
+def test_queues_dropped_without_close_free_their_descriptors(tmp_path: Path) -> None:
+    """As a file object does: a program that opens queues and drops them
+    (``vsqs.Queue(path).send(...)``) does not run out of descriptors."""
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    gc.collect()
+    before = open_fds()
+    for i in range(50):
+        vsqs.Queue(tmp_path / f"q{i}").send(b"x")
+    gc.collect()
+    assert open_fds() - before < 5

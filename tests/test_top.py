@@ -280,12 +280,12 @@ class Terminal:
         while not shown(self.seen):
             assert time.monotonic() < give_up, f"not shown within {DEADLINE} s: {self.seen!r}"
             assert proc.poll() is None, f"exited ({proc.returncode}): {self.seen!r}"
-            if select.select([self.master], [], [], 0.1)[0]:
+            if self._readable(0.1):
                 self.seen += os.read(self.master, 65536)
 
     def drain(self) -> None:
         """What is left to read once the command has exited."""
-        while select.select([self.master], [], [], 0)[0]:
+        while self._readable(0):
             try:
                 data = os.read(self.master, 65536)
             except OSError:  # EIO: no writer left
@@ -293,6 +293,14 @@ class Terminal:
             if not data:
                 return
             self.seen += data
+
+    def _readable(self, timeout: float) -> bool:
+        """Whether the terminal has output to read within ``timeout`` seconds
+        (``poll``: a worker of a long run may hold descriptors past
+        ``select``'s limit of 1024)."""
+        poller = select.poll()
+        poller.register(self.master, select.POLLIN)
+        return bool(poller.poll(timeout * 1000))
 
     def close(self) -> None:
         os.close(self.master)

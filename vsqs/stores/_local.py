@@ -136,6 +136,15 @@ class LocalStore(Store):
         if fd is not None:
             os.close(fd)
 
+    def __del__(self) -> None:
+        """A store dropped without :meth:`close` frees its directory's descriptor
+        (as a file object does): a program that opens queues and drops them
+        does not run out of descriptors."""
+        fd, self._fd = getattr(self, "_fd", None), None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
     # -- names -----------------------------------------------------------
     def check_place(self) -> None:
         """Raise :class:`vsqs.QueueNotFound` unless the path still names the
