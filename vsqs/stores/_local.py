@@ -32,7 +32,7 @@ import os
 import stat
 import sys
 import time
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 
 from .. import _meter as meter
 from .._errors import QueueClosed, QueueNotFound
@@ -136,14 +136,17 @@ class LocalStore(Store):
         if fd is not None:
             os.close(fd)
 
-    def __del__(self) -> None:
+    def __del__(self, _close: Callable[[int], None] = os.close) -> None:
         """A store dropped without :meth:`close` frees its directory's descriptor
         (as a file object does): a program that opens queues and drops them
-        does not run out of descriptors."""
+        does not run out of descriptors. (``os.close`` is bound early: at
+        interpreter exit the module may be gone.)"""
         fd, self._fd = getattr(self, "_fd", None), None
         if fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            try:  # noqa: SIM105 - contextlib may be gone at interpreter exit too
+                _close(fd)
+            except OSError:
+                pass
 
     # -- names -----------------------------------------------------------
     def check_place(self) -> None:
