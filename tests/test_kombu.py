@@ -349,7 +349,7 @@ def test_a_consuming_channel_collects_the_dedup_records_of_old_windows(tmp_path:
         wait_until(
             lambda: not set(old) & set(os.listdir(queue.url)), 60, "the old records collected"
         )
-        assert [n for n in os.listdir(queue.url) if n.startswith("vsqs-dedup.")] == fresh
+        assert sorted(n for n in os.listdir(queue.url) if n.startswith("vsqs-dedup.")) == fresh
     assert not [t for t in threading.enumerate() if t.name == "vsqs-kombu-gc"]  # joined
 
 
