@@ -277,7 +277,7 @@ def test_older_configs_open_and_change(tmp_path: Path) -> None:
         with vsqs.Queue(store, clock=clock, create=False) as q:
             assert q.configure(visibility_timeout=12).visibility_timeout == 12
             assert q.config.format == fmt
-        rows = {n: s for n, _, s in configure.effective(store, 1, {})}
+        rows = {n: s for n, _, s in configure.effective(store, {})}
         assert "changed in version 2" in rows["visibility_timeout"]
         assert "not recorded" in rows["retry_delay"]
     assert json.loads(old.read(names.CONFIG_NAME)) == FORMAT_2_CONFIG  # never rewritten

@@ -117,13 +117,12 @@ def read_version(store: Store, number: int) -> Version:
     return Version(number, config, sources, written if isinstance(written, int) else None)
 
 
-def newest(store: Store, known: int, *, listing: bool) -> Version:
+def newest(store: Store, known: int | None = None) -> Version:
     """The newest config version: read version ``known + 1``, ``+ 2`` ...
-    until one is missing (``listing``: start from the newest a listing of
+    until one is missing (``known=None``: start from the newest a listing of
     the versions shows). :class:`QueueNotFound` once there is no config."""
-    number = known
-    if listing:
-        number = max(filter(None, map(version_of, store.list(prefix=CONFIG_PREFIX))), default=1)
+    listing = known is None
+    number = known if known is not None else _listed_newest(store)
     found = None
     while True:
         try:
@@ -137,8 +136,13 @@ def newest(store: Store, known: int, *, listing: bool) -> Version:
         return read_version(store, number)
     except FileNotFoundError:
         if not listing:
-            return newest(store, number, listing=True)
+            return newest(store)
         raise QueueNotFound(f"{store.url}: the queue was deleted (its config is gone)") from None
+
+
+def _listed_newest(store: Store) -> int:
+    """The number of the newest version a listing shows (1: none but ``vsqs.json``)."""
+    return max(filter(None, map(version_of, store.list(prefix=CONFIG_PREFIX))), default=1)
 
 
 def collect(store: Store, now_ms: int) -> list[str]:
@@ -197,7 +201,6 @@ def changed(current: Version, changes: Mapping[str, Any]) -> QueueConfig:
 
 def write_change(
     store: Store,
-    known: int,
     changes: Mapping[str, Any],
     *,
     durable: bool,
@@ -213,7 +216,7 @@ def write_change(
     """
     token = secrets.token_hex(8)
     for _ in range(ATTEMPTS):
-        current = newest(store, known, listing=True)
+        current = newest(store)
         config = changed(current, changes)
         if config == current.config:
             return current
@@ -233,7 +236,6 @@ def write_change(
             collect(store, now_ms)
             log.info("%s: config version %d: %s", store.url, number, dict(changes))
             return Version(number, config, sources, now_ms)
-        known = current.number
     raise StorageError(
         f"{store.url}: could not change the config: {ATTEMPTS} other changes came first"
     )
@@ -266,7 +268,7 @@ class LiveConfig:
         except FileNotFoundError:
             self._looked = self._seen = now
             return self.version.config
-        found = newest(self._store, 1, listing=True)
+        found = newest(self._store)
         self._looked = self._seen = now
         return self.take(found, warn=False)
 
@@ -287,7 +289,7 @@ class LiveConfig:
             listing = abs(now - self._seen) >= COLLECT_AFTER / 2
             self._looked = now
             with storage_errors(f"reading the config of {self._store.url}"):
-                found = newest(self._store, self.version.number, listing=listing)
+                found = newest(self._store, None if listing else self.version.number)
             self._seen = now
             known = self.version
             if found.number < known.number or (
@@ -316,9 +318,8 @@ class LiveConfig:
         changes = checked_changes(settings)
         if isinstance(changes.get("dead_letter"), str):
             check_target(changes["dead_letter"], self._store.url, given=True)
-        number = self.version.number
         with storage_errors(f"changing the config of {self._store.url}"):
-            version = write_change(self._store, number, changes, durable=durable, clock=clock)
+            version = write_change(self._store, changes, durable=durable, clock=clock)
         return self.take(version, warn=False)
 
     def take(self, found: Version, *, warn: bool = True) -> QueueConfig:
@@ -346,14 +347,14 @@ class LiveConfig:
 
 
 def effective(
-    store: Store, known: int, client: Mapping[str, tuple[object, str]]
+    store: Store, client: Mapping[str, tuple[object, str]]
 ) -> list[tuple[str, object, str]]:
     """Each setting of the queue in ``store`` as ``(name, value, source)``:
     the stored ones with where their value came from (given at creation,
     an environment variable or the default then, or a change), then the
     ``client`` settings given, as they are."""
     with storage_errors(f"reading the config of {store.url}"):
-        version = newest(store, known, listing=True)
+        version = newest(store)
     rows: list[tuple[str, object, str]] = []
     for f in fields(QueueConfig):
         how = version.sources.get(f.name, "not recorded")

@@ -101,14 +101,14 @@ def config(url: str, changes: tuple[str, ...], effective: bool, as_json: bool) -
         if settings:
             queue.configure(**settings)
         if effective:
-            rows = sourced(queue.store, 1, _client_rows())
+            rows = sourced(queue.store, _client_rows())
             unknown = unknown_env()
             if unknown:
                 rows.append(("unknown_env", unknown, "unknown VSQS_* variables: ignored"))
         else:
             rows = [(k, v, "") for k, v in asdict(queue.config).items()]
         with storage_errors(f"reading the config of {queue.url}"):
-            version = newest(queue.store, 1, listing=True).number
+            version = newest(queue.store).number
     _show(queue.url, version, rows, as_json)
 
 
