@@ -265,7 +265,7 @@ def test_create_sets_every_queue_default(tmp_path: Path) -> None:
         "dedup_window": 300.0,
         "content_dedup": False,
         "dead_letter_blocks_group": False,
-        "format": 3,
+        "format": 4,
     }
     config = vsqs.Queue(q).config
     assert (config.retry_delay, config.max_retry_delay, config.max_message_size) == (2, 60, 1000)

@@ -90,7 +90,7 @@ def test_what_needs_format_3_is_refused_on_a_format_2_queue(
 
 
 @pytest.mark.parametrize("backend", params(select(in_process=True, variants=False)))
-def test_move_drains_a_format_2_queue_into_a_new_format_3_queue(
+def test_move_drains_a_format_2_queue_into_a_new_queue_of_the_current_format(
     backend: Backend, request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock
 ) -> None:
     place = backend.place(request, tmp_path)
@@ -100,7 +100,7 @@ def test_move_drains_a_format_2_queue_into_a_new_format_3_queue(
         dst = src.sibling("new")
         with vsqs.Queue(src, clock=clock) as old, vsqs.Queue(dst, clock=clock) as new:
             assert vsqs.move(old, new, batch_size=5) == len(ids) - 1  # not the one in flight
-            assert new.config.format == 3
+            assert new.config.format == vsqs.FORMAT_VERSION
             assert [m.body for m in new.peek(100)] == BODIES[1:]
             stats = old.stats()
             assert (stats.ready, stats.in_flight) == (0, 1)
@@ -110,7 +110,7 @@ def test_move_drains_a_format_2_queue_into_a_new_format_3_queue(
             got = new.receive_batch(100)
             assert [m.body for m in got] == [*BODIES[1:], b"grouped", BODIES[0]]
             assert (got[-2].group, got[-2].attributes) == ("g", {"k": "v"})
-        assert json.loads(dst.read(names.CONFIG_NAME))["format"] == 3
+        assert json.loads(dst.read(names.CONFIG_NAME))["format"] == names.FORMAT_VERSION
     finally:
         place.close()
 
@@ -125,12 +125,12 @@ def test_the_cli_moves_a_format_2_queue_into_a_new_one(tmp_path: Path) -> None:
     expected = f"moved {len(BODIES) - 1} messages from {src} to {dst}\n"
     assert said("move", str(src), str(dst), "--batch", "4") == expected
     with vsqs.Queue(dst, create=False) as new, vsqs.Queue(src, create=False) as old:
-        assert new.config.format == 3 and old.config.format == 2
+        assert new.config.format == vsqs.FORMAT_VERSION and old.config.format == 2
         assert [m.body for m in new.peek(100)] == BODIES[1:]
         assert (old.stats().ready, old.stats().in_flight) == (0, 1)
 
 
-@pytest.mark.parametrize("version", [1, 4, "3", None, 2.5])
+@pytest.mark.parametrize("version", [1, 5, "3", None, 2.5])
 def test_a_config_of_another_format_is_refused_in_one_line(
     tmp_path: Path, clock: FakeClock, version: object
 ) -> None:

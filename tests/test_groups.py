@@ -435,8 +435,8 @@ def test_the_files_of_format_3_are_as_the_format_document_shows(
         b"\x00vsqs-dedup 1\n" + header.encode() + b"\n" + (tmp_path / "q" / grouped).read_bytes()
     )
     assert record.with_suffix(".sent").read_bytes() == b""
-    assert json.loads((tmp_path / "q" / "vsqs.json").read_bytes())["format"] == 3
-    assert vsqs.FORMAT_VERSION == 3
+    assert json.loads((tmp_path / "q" / "vsqs.json").read_bytes())["format"] == 4
+    assert vsqs.FORMAT_VERSION == 4
 
 
 def test_only_a_tagged_id_is_read_as_an_envelope(tmp_path: Path) -> None:
@@ -491,7 +491,7 @@ def test_move_drains_a_format_2_queue_into_a_new_one(tmp_path: Path) -> None:
     format_2_queue(tmp_path / "old")
     assert vsqs.move(tmp_path / "old", tmp_path / "new") == 1
     new = vsqs.Queue(tmp_path / "new")
-    assert new.config.format == 3
+    assert new.config.format == vsqs.FORMAT_VERSION
     new.send("grouped", group="A")
     assert drain(new) == [b"old", b"grouped"]
 

@@ -87,10 +87,10 @@ def test_version_names_the_format_and_a_queue_of_another_format_is_refused_with_
     expected = f"(queue format {names.FORMAT_VERSION}; reads {readable})"
     assert ok("--version").strip() == f"vsqs, version {version('vsqs')} {expected}"
     vsqs.Queue(tmp_path / "q").close()
-    (tmp_path / "q" / names.CONFIG_NAME).write_text('{"format": 4}')
+    (tmp_path / "q" / names.CONFIG_NAME).write_text('{"format": 5}')
     refused = run("peek", str(tmp_path / "q"))
     assert refused.returncode == 1 and refused.stderr.count("\n") == 1
-    assert "queue format 4" in refused.stderr
+    assert "queue format 5" in refused.stderr
     assert f"this vsqs writes format {names.FORMAT_VERSION}" in refused.stderr
     assert f"reads formats {readable}" in refused.stderr
 

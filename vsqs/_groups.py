@@ -21,8 +21,10 @@ def token_of(name: str) -> str | None:
     """The group token of a name of the grammar (``None`` without a group):
     :func:`~vsqs._names.group_of` its :func:`~vsqs._names.id_of`, in one call."""
     end = name.find(".")
-    if end == names.MAX_ID_LEN or (end < 0 and len(name) == names.MAX_ID_LEN):
-        return name[names.ID_LEN + 1 : names.MAX_ID_LEN]
+    if end < 0:
+        end = len(name)
+    if end > names.ID_LEN + 17 and name[end - 17] == names.GROUP_TAG:
+        return name[end - 17 : end]
     return None
 
 

@@ -14,6 +14,9 @@ A message is one object whose name is its state (see ``docs/format.md``)::
     <id> = <ms:13 digits>-<seq:4 hex>-<nonce:16 hex>[_<tag>]
     <tag> = a                 the object is an envelope (attributes), no group
           | g<16 hex>         an envelope of a message of the group with this token
+          | b<set>[g<16 hex>] a bundle (format 4): the messages of the bundle whose
+                              bits are set in <set> (hex, no leading zeros), of
+                              one group if a token follows
 
 Names are fixed width up to the first dot, so a plain sort of names is FIFO
 order. ``<version>`` counts a message's names: every rename (and every move
@@ -37,10 +40,13 @@ from typing import NamedTuple
 
 from ._errors import InvalidArgument, InvalidQueueName, InvalidReceipt
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 #: Formats this vsqs opens: format 2 has no tags (no group, attributes or
-#: dedup records); a format-2 queue is used as it is, without those features.
-READABLE_FORMATS = (2, 3)
+#: dedup records), format 3 no bundles; such a queue is used as it is,
+#: without those features.
+READABLE_FORMATS = (2, 3, 4)
+#: The first format with bundles (docs/format.md, "Format 4: bundles").
+BUNDLES_FORMAT = 4
 CONFIG_NAME = "vsqs.json"
 NEW_SUFFIX = ".new"
 #: Suffix of a dead letter's origin record ``<id>.<record id>.origin`` (or
@@ -52,13 +58,21 @@ ORIGIN_SUFFIX = ".origin"
 #: plain sort of names is FIFO order up to here.
 ID_LEN = 35  # 13 + 1 + 4 + 1 + 16
 NONCE_LEN = 16
-#: The longest id (and so ready name): a group's tag.
-MAX_ID_LEN = ID_LEN + 2 + 16
+#: The most messages one bundle holds: its set is at most 32 hex digits.
+MAX_BUNDLE = 128
+_SET_LEN = MAX_BUNDLE // 4
+#: The longest id (and so ready name): a bundle of a group with a full set.
+MAX_ID_LEN = ID_LEN + 2 + _SET_LEN + 17
 TAG_SEPARATOR = "_"
 #: The tag of an envelope without a group (docs/format.md, "Envelopes").
 ENVELOPE_TAG = "a"
 GROUP_TAG = "g"
-_ID = r"[0-9]{13}-[0-9a-f]{4}-[0-9a-f]{16}(?:_(?:a|g[0-9a-f]{16}))?"
+#: The first letter of a bundle's tag (docs/format.md, "Format 4: bundles").
+BUNDLE_TAG = "b"
+_ID = (
+    r"[0-9]{13}-[0-9a-f]{4}-[0-9a-f]{16}"
+    rf"(?:_(?:a|g[0-9a-f]{{16}}|b[1-9a-f][0-9a-f]{{0,{_SET_LEN - 1}}}(?:g[0-9a-f]{{16}})?))?"
+)
 _ID_RE = re.compile(_ID)
 _NUMBER = r"(0|[1-9][0-9]{0,8})"
 _INVISIBLE_RE = re.compile(rf"({_ID})\.([0-9]{{13}})\.{_NUMBER}\.([1-9][0-9]{{0,8}})")
@@ -105,14 +119,49 @@ def id_of(name: str) -> str:
 
 def group_of(message_id: str) -> str | None:
     """The group token in an id's tag (``g`` and 16 hex), ``None`` without one."""
-    if len(message_id) == MAX_ID_LEN:
-        return message_id[ID_LEN + 1 :]
+    if len(message_id) > ID_LEN + 17 and message_id[-17] == GROUP_TAG:
+        return message_id[-17:]
     return None
 
 
 def is_enveloped(message_id: str) -> bool:
-    """Whether the message's object is an envelope (its id has a tag)."""
-    return len(message_id) > ID_LEN
+    """Whether the message's object is an envelope (its id has a tag, not a bundle's)."""
+    return len(message_id) > ID_LEN and message_id[ID_LEN + 1] != BUNDLE_TAG
+
+
+def is_bundle(message_id: str) -> bool:
+    """Whether the object is (a part of) a bundle: its tag starts with ``b``."""
+    return len(message_id) > ID_LEN and message_id[ID_LEN + 1] == BUNDLE_TAG
+
+
+def bundle_set(message_id: str) -> int:
+    """The set of a bundle's id: bit ``i`` is set if its message ``i`` is here."""
+    tag = message_id[ID_LEN + 2 :]
+    end = tag.find(GROUP_TAG)
+    return int(tag if end < 0 else tag[:end], 16)
+
+
+def bundle_id(core: str, members: int, token: str | None) -> str:
+    """The id of the part of a bundle (whose first message has the untagged id
+    ``core``) that holds the messages of ``members``, of the group ``token``
+    (``g`` and 16 hex, as :func:`group_of` gives it)."""
+    if not 0 < members < 1 << MAX_BUNDLE:
+        raise InvalidArgument(f"a bundle holds 1 to {MAX_BUNDLE} messages")
+    return f"{core[:ID_LEN]}{TAG_SEPARATOR}{BUNDLE_TAG}{members:x}{token or ''}"
+
+
+def members_of(message_id: str) -> list[int]:
+    """The places in its bundle of the messages an id holds, in order (``[0]``
+    for a message's own object)."""
+    if not is_bundle(message_id):
+        return [0]
+    members = bundle_set(message_id)
+    return [i for i in range(members.bit_length()) if members >> i & 1]
+
+
+def message_count(message_id: str) -> int:
+    """How many messages the object of ``message_id`` holds (a name's count of them)."""
+    return bundle_set(message_id).bit_count() if is_bundle(message_id) else 1
 
 
 def tagged(message_id: str, tag: str | None) -> str:
