@@ -271,7 +271,7 @@ def test_older_configs_open_and_change(tmp_path: Path) -> None:
     write_format_2(old, clock, FORMAT_2_CONFIG)
     plain = vsqs.LocalStore(str(tmp_path / "plain"))
     plain.ensure(True)
-    doc = json.loads(vsqs.Queue(vsqs.MemoryStore("x")).config.to_json())
+    doc = json.loads(vsqs.Queue(vsqs.MemoryStore("x")).config.to_json()) | {"format": 3}
     plain.write_new(names.CONFIG_NAME, config_bytes(doc), fsync=False)
     for store, fmt in ((old, 2), (plain, 3)):
         with vsqs.Queue(store, clock=clock, create=False) as q:
@@ -299,7 +299,7 @@ def test_vsqs_config_shows_changes_and_says_where_values_came_from(tmp_path: Pat
     ok("create", q, "--retry-delay", "3", env={"VSQS_MAX_RETRY_DELAY": "40"})
     shown = json.loads(ok("config", q, "--json"))
     assert shown["config_version"] == 1 and shown["retry_delay"] == 3.0
-    assert shown["queue"] == q and shown["format"] == 3
+    assert shown["queue"] == q and shown["format"] == 4
     changed = ok("config", q, "--set", "visibility_timeout=60", "--set", "max_receives=2",
                  "--set", "dead_letter=dlq")  # fmt: skip
     assert re.search(r"^visibility_timeout +60\.0$", changed, re.M), changed

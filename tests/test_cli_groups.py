@@ -246,7 +246,7 @@ def test_at_a_terminal_the_text_form_shows_each_messages_group(tmp_path: Path) -
 def test_create_stores_the_dedup_settings_and_checks_them_after(tmp_path: Path) -> None:
     q = str(tmp_path / "q")
     created = json.loads(ok("create", q, "--dedup-window", "60", "--content-dedup", "--json"))
-    assert (created["dedup_window"], created["content_dedup"], created["format"]) == (60, True, 3)
+    assert (created["dedup_window"], created["content_dedup"], created["format"]) == (60, True, 4)
     config = vsqs.Queue(q).config
     assert (config.dedup_window, config.content_dedup) == (60, True)
     assert "dedup_window=60s content_dedup=True dead_letter_blocks_group=False" in said("create", q)

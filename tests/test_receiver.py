@@ -38,11 +38,15 @@ def engine(store: vsqs.Store, clock: FakeClock) -> tuple[Receiver, Sends]:
     store.ensure(True)
     ms = names.MsClock(clock)
     receiver = Receiver(store, ms, new_grace_ms=3_600_000)
-    return receiver, Sends(Publisher(store, ms, False, receiver.sent, _no_dedup))
+    return receiver, Sends(Publisher(store, ms, False, receiver.sent, _no_dedup, _format))
 
 
 def _no_dedup(dedup_id: str, message_id: str, data: bytes, delay_ms: int, publish: object) -> str:
     raise AssertionError("these sends have no deduplication id")
+
+
+def _format() -> int:
+    return names.FORMAT_VERSION
 
 
 class Sends:
@@ -55,7 +59,8 @@ class Sends:
         return self._publisher.send([Prepared(d, NO_META) for d in datas], delay_ms)
 
     def send_batch(self, datas: list[bytes], delay_ms: int) -> list[str]:
-        return self._publisher.send_batch([Prepared(d, NO_META) for d in datas], delay_ms)
+        # one object per message: these tests count claims of objects
+        return self._publisher.send_batch([Prepared(d, NO_META) for d in datas], delay_ms, False)
 
 
 def test_claims_are_fifo_and_each_message_is_claimed_once(clock: FakeClock) -> None:
@@ -159,7 +164,7 @@ def test_a_long_poll_wakes_for_a_send_of_another_thread() -> None:
     store.ensure(True)
     ms = names.MsClock(time.time)
     receiver = Receiver(store, ms, 3_600_000)
-    publisher = Sends(Publisher(store, ms, False, lambda name, at: None, _no_dedup))
+    publisher = Sends(Publisher(store, ms, False, lambda name, at: None, _no_dedup, _format))
     polling = threading.Event()
 
     def send_when_polling() -> None:
@@ -216,7 +221,7 @@ def test_an_idle_receiver_of_a_polled_store_looks_less_often_and_wakes_on_a_mess
     store.ensure(True)
     ms = names.MsClock(clock)
     receiver = Receiver(store, ms, 3_600_000, max_poll_interval=1.5)
-    publisher = Sends(Publisher(store, ms, False, receiver.sent, _no_dedup))
+    publisher = Sends(Publisher(store, ms, False, receiver.sent, _no_dedup, _format))
     assert receiver.poll_interval() == POLL_INTERVAL
     clock.advance(IDLE_AFTER - 0.001)
     assert receiver.poll_interval() == POLL_INTERVAL

@@ -17,6 +17,7 @@ from . import _configure as configure
 from . import _inspect as inspect
 from . import _meter as meter
 from . import _names as names
+from ._bundled import peeked
 from ._config import (
     ENV_DURABLE,
     ENV_MAX_POLL_INTERVAL,
@@ -124,12 +125,10 @@ def peek(
                 log.warning("%s: peek passes over %s, too large: %s", store.url, name, exc.strerror)
                 continue
             origin = read_origin(store, origins.get(parsed.id, ()))
-            out.append(
-                Message(owner, parsed.id, body, None, parsed.receive_count, dead_lettered=origin)
-            )
-            if len(out) == max_messages:
+            out.extend(peeked(owner, parsed.id, body, parsed.receive_count, origin))
+            if len(out) >= max_messages:
                 break
-    return out
+    return out[:max_messages]
 
 
 def stats(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import NamedTuple
 
 from . import _meter as meter
 from . import _names as names
@@ -21,6 +20,7 @@ from ._envelope import read_limit
 from ._errors import VsqsError
 from ._fanout import fan_out
 from ._groups import token_of
+from ._plans import Claim, Plan, plan_of
 from ._view import View
 from .stores._base import Outcomes, OutcomeUnknown, TooLarge
 
@@ -31,28 +31,6 @@ log = logging.getLogger("vsqs")
 #: name and body) is dead-lettered; returns the name it leaves in flight here
 #: (a blocker of its group, ``vsqs._dead_letter``), if any.
 Exhausted = Callable[[str, bytes], str | None]
-
-
-class Claim(NamedTuple):
-    """A message this client now holds: its id, held name, receive count and
-    body, and the origin records the last listing showed of it."""
-
-    id: str
-    name: str
-    receive_count: int
-    expiry_ms: int
-    body: bytes
-    origin: names.Records = ()
-
-
-class Plan(NamedTuple):
-    """A claim to try: rename ``candidate`` to ``held``."""
-
-    candidate: str
-    id: str
-    held: str
-    receive_count: int
-    expiry_ms: int
 
 
 class Claims(View):
@@ -86,9 +64,11 @@ class Claims(View):
         wide = self._store.renames_cost_requests
         failure: Exception | None = None
         try:
-            while len(out) < max_messages and failure is None:
+            while (got := sum(names.message_count(c.id) for c in out)) < max_messages:
+                if failure is not None:
+                    break
                 with self._lock:
-                    wanted = max_messages - len(out) if wide else 1
+                    wanted = (max_messages - got, max_messages - got if wide else 1)
                     deferred: list[str] = []
                     planned.clear()
                     plans, relists = self._plan(
@@ -197,7 +177,7 @@ class Claims(View):
 
     def _plan(
         self,
-        wanted: int,
+        wanted: tuple[int, int],
         vt_ms: int,
         claimed_ids: set[str],
         later: list[tuple[str, int]],
@@ -207,15 +187,18 @@ class Claims(View):
         target: str | None,
         planned: set[str],
     ) -> tuple[list[Plan], int]:
-        """The next ``wanted`` claims to try, of distinct messages not claimed
-        in this batch yet, and the listings taken so far (caller holds the
-        lock). At most one message of a group is planned at a time: the
-        group's next ones go to ``deferred`` until its claim is decided.
-        ``planned`` (empty) gets the groups of the claims planned."""
+        """The next claims to try, of distinct messages not claimed in this
+        batch yet, ``wanted``: (messages, claims) at most, and the listings
+        taken so far (caller holds the lock). A part of a bundle with more
+        messages than are still wanted is split (:func:`_part_plan`). At most
+        one message of a group is planned at a time: the group's next ones go
+        to ``deferred`` until its claim is decided. ``planned`` (empty) gets
+        the groups of the claims planned."""
         plans: list[Plan] = []
-        ids = set(claimed_ids) if wanted > 1 else claimed_ids
+        messages, width = wanted
+        ids = set(claimed_ids) if width > 1 else claimed_ids
         c = self._candidates
-        while len(plans) < wanted:
+        while len(plans) < width and messages > 0:
             name, relists, now = self._next_candidate(relists, not plans, target)
             if name is None:
                 break
@@ -238,13 +221,12 @@ class Claims(View):
                 continue
             if token is not None:
                 planned.add(token)
-            if wanted > 1:
+            if width > 1:
                 ids.add(parsed.id)
             count = min(parsed.receive_count + 1, names.MAX_COUNT)  # as the name spells it
             expiry = self._clock.expiry_ms(vt_ms)
-            plans.append(
-                Plan(name, parsed.id, names.next_name(parsed, expiry, count), count, expiry)
-            )
+            plans.append(plan_of(name, parsed, messages, count, expiry, now))
+            messages -= min(names.message_count(parsed.id), messages)
         return plans, relists
 
     def _rename(self, plans: list[Plan]) -> list[Plan]:
@@ -255,10 +237,13 @@ class Claims(View):
             error = self._rename_one(plans[0])
             if error is None:
                 self._candidates.losses = 0  # won: no loss in a row
+                self._rests(plans)
                 return plans
             errors: Outcomes = [error]
         else:
-            errors = store.rename_batch([(plan.candidate, plan.held) for plan in plans])
+            whole = [(p.candidate, p.held) for p in plans if p.rest is None]
+            done = iter(store.rename_batch(whole) if whole else [])
+            errors = [next(done) if p.rest is None else self._rename_one(p) for p in plans]
         won: list[Plan] = []
         failure: OSError | None = None
         for plan, error in zip(plans, errors, strict=True):
@@ -284,11 +269,22 @@ class Claims(View):
             raise failure
         if failure is not None:  # what was won is returned; the error shows at the next call
             log.warning("%s: a claim failed: %s", store.url, failure)
+        self._rests(won)
         return won
+
+    def _rests(self, won: list[Plan]) -> None:
+        """The rests of the parts split by claims won are candidates at once
+        (caller holds the lock)."""
+        for plan in won:
+            if plan.rest is not None:
+                self._candidates.restore([plan.rest])
 
     def _rename_one(self, plan: Plan) -> OSError | None:
         try:
-            self._store.rename(plan.candidate, plan.held)
+            if plan.rest is None:
+                self._store.rename(plan.candidate, plan.held)
+            else:
+                self._store.split(plan.candidate, plan.held, plan.rest)
         except OSError as exc:
             return exc
         return None

@@ -55,6 +55,8 @@ ENV_MAX_RETRY_DELAY = "VSQS_MAX_RETRY_DELAY"
 ENV_MAX_MESSAGE_SIZE = "VSQS_MAX_MESSAGE_SIZE"
 #: ``0``/``false`` makes ``durable=False`` the default (no fsync per send).
 ENV_DURABLE = "VSQS_DURABLE"
+#: ``0``/``false``: ``send_batch`` writes each message in an object of its own (no bundles).
+ENV_BUNDLES = "VSQS_BUNDLES"
 #: Seconds after which a ``.new`` leftover counts as a crashed writer's.
 ENV_NEW_GRACE = "VSQS_NEW_GRACE"
 #: The longest an idle receiver waits between listings where waiting means
@@ -68,6 +70,7 @@ SETTINGS_ENV = (
     ENV_MAX_RETRY_DELAY,
     ENV_MAX_MESSAGE_SIZE,
     ENV_DURABLE,
+    ENV_BUNDLES,
     ENV_NEW_GRACE,
     ENV_MAX_POLL_INTERVAL,
 )

@@ -179,5 +179,9 @@ def _string_map(value: object) -> bool:
 
 def read_limit(message_id: str, max_size: int) -> int:
     """The most bytes a receiver reads of the message: ``max_size``, plus
-    :data:`HEADER_SLACK` for an envelope."""
+    :data:`HEADER_SLACK` for an envelope; a part of a bundle, whatever the
+    size of its messages (each was checked when it was sent), up to
+    :data:`~vsqs._names.BUNDLE_READ_LIMIT`."""
+    if names.is_bundle(message_id):
+        return names.BUNDLE_READ_LIMIT
     return max_size + HEADER_SLACK if names.is_enveloped(message_id) else max_size

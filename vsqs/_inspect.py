@@ -140,12 +140,14 @@ class Tally:
     held_groups: set[str] = field(default_factory=set)
 
     def add(self, entry: Entry) -> None:
+        """Count the messages of one name (a part of a bundle holds several)."""
         state, parsed = entry.state, entry.parsed
+        n = names.message_count(parsed.id)
         if state == names.NEW:
-            self.writing += 1
+            self.writing += n
             return
         if state == names.READY:
-            self.ready += 1
+            self.ready += n
             sent = names.id_ms(parsed.id)
             self.oldest_sent_ms = _earliest(self.oldest_sent_ms, sent)
             return
@@ -153,12 +155,12 @@ class Tally:
         assert expiry is not None
         self.next_visible_ms = _earliest(self.next_visible_ms, expiry)
         if state == names.IN_FLIGHT:
-            self.in_flight += 1
+            self.in_flight += n
             self.in_flight_expiry_ms = _earliest(self.in_flight_expiry_ms, expiry)
             if parsed.group is not None:
                 self.held_groups.add(parsed.group)
         else:
-            self.delayed += 1
+            self.delayed += n
 
     def seconds_ago(self, ms: int | None) -> float | None:
         return None if ms is None else max(0.0, (self.now_ms - ms) / 1000)
@@ -204,4 +206,4 @@ def tally(store: Store, now_ms: int) -> Tally:
 def message_count(store: Store) -> int:
     """Messages in every state (sends under way not counted), each once, from
     one settled listing that repairs nothing (:func:`settled`)."""
-    return sum(1 for entry in settled(store, 0) if entry.is_message)
+    return sum(names.message_count(e.parsed.id) for e in settled(store, 0) if e.is_message)

@@ -145,13 +145,16 @@ class Hold:
     ``done`` is set once it was deleted or released; ``origin``: the names of
     its origin records, as a listing showed or a lookup found them (an ack
     removes them with the message); ``give_back``: how the receiver that
-    claimed it takes it back (``None`` unless it was received).
+    claimed it takes it back (``None`` unless it was received); ``part``: the
+    part of a bundle that holds it.
     """
 
-    __slots__ = ("done", "give_back", "issued", "lock", "origin", "queue")
+    __slots__ = ("done", "give_back", "issued", "lock", "origin", "part", "queue")
 
     def __init__(self, queue: Owner, issued: str | None) -> None:
         self.queue = queue
+        #: The part of a bundle it is held in (``vsqs._bundled.Part``), if any.
+        self.part: object = None
         self.issued = issued
         self.give_back: GiveBack | None = None
         self.lock = _forks.lock()

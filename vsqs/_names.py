@@ -14,9 +14,12 @@ A message is one object whose name is its state (see ``docs/format.md``)::
     <id> = <ms:13 digits>-<seq:4 hex>-<nonce:16 hex>[_<tag>]
     <tag> = a                 the object is an envelope (attributes), no group
           | g<16 hex>         an envelope of a message of the group with this token
-          | b<set>[g<16 hex>] a bundle (format 4): the messages of the bundle whose
-                              bits are set in <set> (hex, no leading zeros), of
-                              one group if a token follows
+          | b<first><set>[g<16 hex>]
+                              a part of a bundle (format 4): the messages of the
+                              bundle whose bits are set in <set> (hex, no leading
+                              zeros), the first of them at <first> (2 hex: parts
+                              of one bundle sort in the order of their first
+                              messages), of one group if a token follows
 
 Names are fixed width up to the first dot, so a plain sort of names is FIFO
 order. ``<version>`` counts a message's names: every rename (and every move
@@ -60,9 +63,13 @@ ID_LEN = 35  # 13 + 1 + 4 + 1 + 16
 NONCE_LEN = 16
 #: The most messages one bundle holds: its set is at most 32 hex digits.
 MAX_BUNDLE = 128
+#: The most bytes of messages' objects one bundle holds (vsqs._bundle).
+BUNDLE_BYTES = 1 << 20
+#: The most bytes a receiver reads of a part: its messages and their header.
+BUNDLE_READ_LIMIT = BUNDLE_BYTES + (64 << 10)
 _SET_LEN = MAX_BUNDLE // 4
 #: The longest id (and so ready name): a bundle of a group with a full set.
-MAX_ID_LEN = ID_LEN + 2 + _SET_LEN + 17
+MAX_ID_LEN = ID_LEN + 4 + _SET_LEN + 17
 TAG_SEPARATOR = "_"
 #: The tag of an envelope without a group (docs/format.md, "Envelopes").
 ENVELOPE_TAG = "a"
@@ -71,7 +78,8 @@ GROUP_TAG = "g"
 BUNDLE_TAG = "b"
 _ID = (
     r"[0-9]{13}-[0-9a-f]{4}-[0-9a-f]{16}"
-    rf"(?:_(?:a|g[0-9a-f]{{16}}|b[1-9a-f][0-9a-f]{{0,{_SET_LEN - 1}}}(?:g[0-9a-f]{{16}})?))?"
+    rf"(?:_(?:a|g[0-9a-f]{{16}}|b[0-7][0-9a-f][1-9a-f][0-9a-f]{{0,{_SET_LEN - 1}}}"
+    r"(?:g[0-9a-f]{16})?))?"
 )
 _ID_RE = re.compile(_ID)
 _NUMBER = r"(0|[1-9][0-9]{0,8})"
@@ -136,7 +144,7 @@ def is_bundle(message_id: str) -> bool:
 
 def bundle_set(message_id: str) -> int:
     """The set of a bundle's id: bit ``i`` is set if its message ``i`` is here."""
-    tag = message_id[ID_LEN + 2 :]
+    tag = message_id[ID_LEN + 4 :]
     end = tag.find(GROUP_TAG)
     return int(tag if end < 0 else tag[:end], 16)
 
@@ -147,7 +155,8 @@ def bundle_id(core: str, members: int, token: str | None) -> str:
     (``g`` and 16 hex, as :func:`group_of` gives it)."""
     if not 0 < members < 1 << MAX_BUNDLE:
         raise InvalidArgument(f"a bundle holds 1 to {MAX_BUNDLE} messages")
-    return f"{core[:ID_LEN]}{TAG_SEPARATOR}{BUNDLE_TAG}{members:x}{token or ''}"
+    first = (members & -members).bit_length() - 1
+    return f"{core[:ID_LEN]}{TAG_SEPARATOR}{BUNDLE_TAG}{first:02x}{members:x}{token or ''}"
 
 
 def members_of(message_id: str) -> list[int]:

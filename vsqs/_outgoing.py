@@ -39,6 +39,13 @@ class Prepared(NamedTuple):
 
     data: bytes
     meta: Meta
+    #: The tag of a bundle of several messages (vsqs._bundle); ``None`` for one message.
+    bundle: str | None = None
+
+    @property
+    def tag(self) -> str | None:
+        """The tag of the id it is published under."""
+        return self.meta.tag if self.bundle is None else self.bundle
 
 
 def prepare(

@@ -12,6 +12,8 @@ from contextlib import contextmanager, suppress
 
 from . import _meter as meter
 from . import _names as names
+from ._bundle import bundle
+from ._config import ENV_BUNDLES, env_flag
 from ._envelope import NO_META
 from ._errors import StorageError, VsqsError, storage_errors
 from ._fanout import fan_out
@@ -246,14 +248,17 @@ class Publisher:
         durable: bool,
         published: Callable[[str, int | None], object],
         dedup: Dedup,
+        queue_format: Callable[[], int],
     ) -> None:
         """``published(name, visible_at)`` is told of every message sent (for the
-        client's own receives); ``dedup`` sends messages with deduplication ids."""
+        client's own receives); ``dedup`` sends messages with deduplication ids;
+        ``queue_format()``: the queue's format (bundles need 4)."""
         self._store = store
         self._clock = clock
         self._durable = durable
         self._published = published
         self._dedup = dedup
+        self._format = queue_format
 
     def send(self, items: list[Prepared], delay_ms: int) -> list[str]:
         """Publish each message on its own, in order; return the ids (a
@@ -262,11 +267,41 @@ class Publisher:
             return self._send_each(items, delay_ms)
         return self._counted("send", self._send_each, items, delay_ms)
 
-    def send_batch(self, items: list[Prepared], delay_ms: int) -> list[str]:
-        """Publish a batch (:meth:`_send_batch`); return the ids in order."""
+    def send_batch(self, items: list[Prepared], delay_ms: int, bundle: bool | None) -> list[str]:
+        """Publish a batch: in bundles (:meth:`_send_bundled`) unless ``bundle``
+        is false (``None``: as ``VSQS_BUNDLES`` says, by default true), the
+        queue's format is older than 4 or a message has a deduplication id;
+        else each message in an object of its own (:meth:`_send_batch`).
+        Return the ids in order."""
+        wanted = env_flag(ENV_BUNDLES, True) if bundle is None else bundle
+        send = self._send_batch
+        if (
+            wanted
+            and len(items) > 1
+            and self._format() >= names.BUNDLES_FORMAT
+            and all(item.meta.dedup_id is None for item in items)
+        ):
+            send = self._send_bundled
         if meter.observer is meter.OFF:
-            return self._send_batch(items, delay_ms)
-        return self._counted("send_batch", self._send_batch, items, delay_ms)
+            return send(items, delay_ms)
+        return self._counted("send_batch", send, items, delay_ms)
+
+    def _send_bundled(self, items: list[Prepared], delay_ms: int) -> list[str]:
+        """Publish a batch in bundles (:func:`vsqs._bundle.bundle`), one object
+        after another, each as :meth:`_send_one` publishes a message (one
+        create, or one write and rename); return the messages' ids in order.
+        On an error, its ``sent`` lists the messages of the objects sent."""
+        packed = bundle(items, lambda tag: names.tagged(self._clock.next_id(), tag))
+        sent: list[str] = []
+        with telling_sent(sent):
+            for item, ids in packed:
+                try:
+                    object_id = self._send_one(item, delay_ms)
+                except OSError:
+                    with storage_errors(f"sending a batch to {self._store.url} ({len(sent)} sent)"):
+                        raise
+                sent.extend([object_id] if ids is None else ids)
+        return sent
 
     def _counted(
         self,
@@ -304,7 +339,7 @@ class Publisher:
         land later: a send is at least once). A message with a deduplication
         id goes through its record (:mod:`vsqs._dedup`)."""
         meta = item.meta
-        tag = None if meta is NO_META else meta.tag
+        tag = None if meta is NO_META and item.bundle is None else item.tag
         if meta.dedup_id is not None:
             message_id = names.tagged(self._clock.next_id(), tag)
             return self._dedup(meta.dedup_id, message_id, item.data, delay_ms, self.publish_as)
@@ -378,7 +413,7 @@ class Publisher:
 
     def _next_id(self, item: Prepared) -> Callable[[], str]:
         """Fresh ids for ``item``: with its tag (its group)."""
-        tag = item.meta.tag
+        tag = item.tag
         return lambda: names.tagged(self._clock.next_id(), tag)
 
     def _send_side_by_side(self, items: list[Prepared], delay_ms: int) -> list[str]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from . import _admin as admin
 from . import _crew as crew
+from ._bundled import messages_of
 from ._config import QueueConfig, positive_int, requested, seconds
 from ._dead_letter import DeadLetters, dead_letter_location, dead_letter_url
 from ._dedup import Deduplicator
@@ -34,7 +35,7 @@ from ._message import (
     hold,
 )
 from ._options import ConsumeOptions
-from ._outgoing import Outgoing, Prepared, prepare
+from ._outgoing import Outgoing, prepare
 from ._publish import Publisher
 from ._receiver import Receiver
 from ._settle import Settler
@@ -107,8 +108,9 @@ class Queue:
         self._receiver = Receiver(self._store, self._clock, self._new_grace_ms, poll)
         self._dedup = Deduplicator(self._store, self._clock, self.durable, lambda: self.config)
         self._publisher = Publisher(
-            self._store, self._clock, self.durable, self._receiver.sent, self._dedup.send
-        )
+            self._store, self._clock, self.durable, self._receiver.sent, self._dedup.send,
+            lambda: self.config.format,
+        )  # fmt: skip
         self._settler = Settler(self, self._store, self._clock, self._receiver)
         settings = requested(
             visibility_timeout=visibility_timeout, max_receives=max_receives,
@@ -232,7 +234,7 @@ class Queue:
         items = prepare(
             [body], self.config, group=group, dedup_ids=[dedup_id], attributes=attributes
         )
-        return self._publish(items, delay, batch=False)[0]
+        return self._publisher.send(items, int(seconds(delay, "delay") * 1000))[0]
 
     def send_batch(
         self,
@@ -242,13 +244,17 @@ class Queue:
         group: str | None = None,
         dedup_ids: Iterable[str | None] | None = None,
         attributes: Mapping[str, str] | None = None,
+        bundle: bool | None = None,
     ) -> list[str]:
         """Send several messages; return their ids in order.
 
-        Durability is paid once per batch: the files are flushed with one
-        filesystem sync and the directory once. On object stores the messages
-        are created side by side, and receivers see each chunk of up to 256
-        whole or not at all, so the batch is received in order. Not atomic: if
+        In bundles (format 4, unless ``bundle=False`` or ``VSQS_BUNDLES=0``;
+        not with deduplication ids): up to 128 messages of one group, or of
+        none, in one object, written with one request or one file; each
+        message keeps every promise of a message alone (docs/format.md,
+        "Format 4: bundles"). Else each is an object of its own: durability is
+        paid once per batch, and on object stores receivers see each chunk of
+        up to 256 whole or not at all, so the batch is received in order. Not atomic: if
         this raises, the error's ``sent`` attribute lists the ids of the
         messages that were sent, in batch order (it survives pickling); the
         others were not, bar one whose create had an unknown outcome on an
@@ -262,11 +268,7 @@ class Queue:
         items = prepare(
             bodies, self.config, group=group, dedup_ids=dedup_ids, attributes=attributes
         )
-        return self._publish(items, delay, batch=True)
-
-    def _publish(self, items: list[Prepared], delay: float, *, batch: bool) -> list[str]:
-        send = self._publisher.send_batch if batch else self._publisher.send
-        return send(items, int(seconds(delay, "delay") * 1000))
+        return self._publisher.send_batch(items, int(seconds(delay, "delay") * 1000), bundle)
 
     # -------------------------------------------------------------- receive
     def receive(
@@ -317,9 +319,7 @@ class Queue:
             max_size=self.config.max_message_size,
             target=None if group is None else group_token(check_key(group, "group")),
         )  # fmt: skip
-        got = [
-            Message(self, c.id, c.body, c.name, c.receive_count, origins=c.origin) for c in claims
-        ]
+        got = [m for claim in claims for m in messages_of(self, claim)]
         for message in got:
             hold(message).give_back = self._receiver.give_back
         return got

@@ -19,8 +19,9 @@ from . import _forks
 from . import _meter as meter
 from . import _names as names
 from ._candidates import Candidates
-from ._claims import Claim, Claims, Exhausted
+from ._claims import Claims, Exhausted
 from ._errors import QueueClosed, storage_errors
+from ._plans import Claim
 from .stores._base import Store
 
 #: A receiver that lost every race of a receive sleeps up to this (seconds)

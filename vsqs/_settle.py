@@ -13,6 +13,7 @@ from typing import Any, Protocol, TypeVar
 
 from . import _meter as meter
 from . import _names as names
+from ._bundled import PLACE_SEPARATOR, Part, Parts, bare_part, part_of, stale_receipt
 from ._config import seconds
 from ._dead_letter import remove_records
 from ._envelope import read_limit
@@ -20,6 +21,9 @@ from ._errors import InvalidArgument, ReceiptExpired, StorageError, storage_erro
 from ._fanout import fan_out
 from ._message import DeleteResult, ExtendResult, Message, Owner, ReleaseResult, hold
 from .stores._base import Store
+
+#: Bundled items of a batch by the part that holds them: ``(index, place)`` each.
+ByPart = dict[Part, list[tuple[int, int]]]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -41,50 +45,145 @@ class Settler:
         self._store = store
         self._clock = clock
         self._tracker = tracker
+        self._parts = Parts(store, clock, owner, tracker.moved, tracker.deleted)
 
     def delete(self, msg_or_receipt: Message | str) -> None:
         """See :meth:`vsqs.Queue.delete`."""
         observer = meter.observer  # one for both calls: metrics may be enabled meanwhile
-        if observer is meter.OFF:
+        started = 0.0 if observer is meter.OFF else observer.clock()
+        bundled = self._bundled(msg_or_receipt)
+        if bundled is not None:
+            self._parts.ack(bundled[0], [bundled[1]])
+        else:
             self._ack(self._ack_target(msg_or_receipt))
-            return
-        started = observer.clock()
-        self._ack(self._ack_target(msg_or_receipt))
-        observer.operation(self._owner.url, "delete", started)
+        if observer is not meter.OFF:
+            observer.operation(self._owner.url, "delete", started)
 
     def delete_batch(self, msgs_or_receipts: Iterable[Message | str]) -> DeleteResult:
-        """See :meth:`vsqs.Queue.delete_batch`."""
+        """See :meth:`vsqs.Queue.delete_batch`: bundled messages with one
+        change per part that holds them."""
         observer = meter.observer
         started = 0.0 if observer is meter.OFF else observer.clock()
-        targets = [self._ack_target(item) for item in msgs_or_receipts]
+        items = list(msgs_or_receipts)
+        parts, alone = self._by_part(items)
+        targets = [self._ack_target(items[i]) for i in alone]
         done, stale, failed = self._batch(self._ack, targets, [t[0] for t in targets])
+        acked = self._part_batch(lambda part, places: self._parts.ack(part, places), parts, items)
         if observer is not meter.OFF:
             observer.operation(self._owner.url, "delete_batch", started)
-        return DeleteResult([receipt for receipt, _ in done], stale, failed)
+        done += acked[0]
+        return DeleteResult([receipt for receipt, _ in done], stale + acked[1], failed | acked[2])
 
     def extend_batch(
         self, msgs_or_receipts: Iterable[Message | str], visibility_timeout: float, max_size: int
     ) -> ExtendResult:
         """See :meth:`vsqs.Queue.extend_batch`."""
-        seconds(visibility_timeout, "visibility_timeout")
+        vt_ms = int(seconds(visibility_timeout, "visibility_timeout") * 1000)
         items = list(msgs_or_receipts)
-        receipts = [self._receipt_of(item) for item in items]  # each checked first
+        parts, alone = self._by_part(items)
+        receipts = [self._receipt_of(items[i]) for i in alone]  # each checked first
         done, stale, failed = self._batch(
-            lambda item: self.extend(item, visibility_timeout, max_size), items, receipts
+            lambda i: self.extend(items[i], visibility_timeout, max_size), alone, receipts
         )
-        return ExtendResult([message for _, message in done], stale, failed)
+        extended: list[Message] = [message for _, message in done]
+
+        def extend(part: Part, places: list[int]) -> None:
+            moved = self._parts.move(
+                part, places, self._clock.expiry_ms(vt_ms), "extend", holds=True
+            )
+            extended.extend(moved.messages[p] for p in places if p in moved.messages)
+
+        _, more_stale, more_failed = self._part_batch(extend, parts, items)
+        return ExtendResult(extended, stale + more_stale, failed | more_failed)
 
     def release_batch(
         self, msgs_or_receipts: Iterable[Message | str], *, delay: float = 0
     ) -> ReleaseResult:
         """See :meth:`vsqs.Queue.release_batch`."""
-        seconds(delay, "delay")
+        delay_ms = int(seconds(delay, "delay") * 1000)
         items = list(msgs_or_receipts)
-        receipts = [self._receipt_of(item) for item in items]
+        parts, alone = self._by_part(items)
+        receipts = [self._receipt_of(items[i]) for i in alone]
         done, stale, failed = self._batch(
-            lambda item: self.release(item, delay=delay), items, receipts
+            lambda i: self.release(items[i], delay=delay), alone, receipts
         )
-        return ReleaseResult([receipt for receipt, _ in done], stale, failed)
+        released = self._part_batch(
+            lambda part, places: self._parts.move(
+                part, places, self._clock.expiry_ms(delay_ms), "release", holds=False
+            ),
+            parts,
+            items,
+        )
+        return ReleaseResult(
+            [receipt for receipt, _ in done] + [r for r, _ in released[0]],
+            stale + released[1],
+            failed | released[2],
+        )
+
+    def _bundled(self, item: Message | str) -> tuple[Part, int] | None:
+        """The part that holds a bundled message (or that a bare receipt of one
+        names) and its place; ``None`` for a message alone."""
+        if isinstance(item, Message):
+            self._check_own(item)
+            return part_of(item)
+        if isinstance(item, str) and PLACE_SEPARATOR in item:
+            return bare_part(item)
+        return None
+
+    def _by_part(self, items: list[Message | str]) -> tuple[ByPart, list[int]]:
+        """The bundled items of a batch by part (bare receipts of one held name
+        share one), and the indexes of the others."""
+        parts: ByPart = {}
+        bare: dict[str, Part] = {}
+        alone: list[int] = []
+        for i, item in enumerate(items):
+            found = self._bundled(item)
+            if found is None:
+                alone.append(i)
+                continue
+            part, place = found
+            if not isinstance(item, Message):
+                part = bare.setdefault(part.name, part)
+            parts.setdefault(part, []).append((i, place))
+        return parts, alone
+
+    def _part_batch(
+        self,
+        settle: Callable[[Part, list[int]], object],
+        parts: ByPart,
+        items: list[Message | str],
+    ) -> tuple[list[tuple[str, None]], list[str], dict[str, StorageError]]:
+        """Run ``settle(part, places)`` once per part, side by side; the
+        receipts of the items done, stale and failed. Any other error is raised."""
+        groups = list(parts.items())
+
+        def receipts(places: list[tuple[int, int]]) -> list[str]:
+            out = []
+            for i, _ in places:
+                item = items[i]
+                out.append(item if isinstance(item, str) else item.receipt or "")
+            return out
+
+        named = [receipts(places) for _, places in groups]
+        outcomes = fan_out(
+            lambda group: settle(group[0], [p for _, p in group[1]]),
+            groups,
+            self._store.batch_width,
+        )
+        done: list[tuple[str, None]] = []
+        stale: list[str] = []
+        failed: dict[str, StorageError] = {}
+        for these, outcome in zip(named, outcomes, strict=True):
+            error = outcome.exception()
+            if error is None:
+                done.extend((r, None) for r in these)
+            elif isinstance(error, ReceiptExpired):
+                stale.extend(these)
+            elif isinstance(error, StorageError):
+                failed.update(dict.fromkeys(these, error))
+            else:
+                raise error
+        return done, stale, failed
 
     def _batch(
         self, settle: Callable[[T], R], items: list[T], receipts: list[str]
@@ -121,6 +220,9 @@ class Settler:
     ) -> Message:
         """See :meth:`vsqs.Queue.extend`; ``max_size``: the largest body it reads."""
         vt_ms = int(seconds(visibility_timeout, "visibility_timeout") * 1000)
+        bundled = self._bundled(msg_or_receipt)
+        if bundled is not None:
+            return self._parts.extend(bundled, msg_or_receipt, self._clock.expiry_ms(vt_ms))
         parsed, message = self._held(msg_or_receipt)
         if message is None:
             # The body before the rename: the rename alone decides the
@@ -143,6 +245,11 @@ class Settler:
     def release(self, msg_or_receipt: Message | str, *, delay: float = 0) -> None:
         """See :meth:`vsqs.Queue.release`."""
         delay_ms = int(seconds(delay, "delay") * 1000)
+        bundled = self._bundled(msg_or_receipt)
+        if bundled is not None:
+            part, place = bundled
+            self._parts.move(part, [place], self._clock.expiry_ms(delay_ms), "release", holds=False)
+            return
         parsed, message = self._held(msg_or_receipt)
         with self._locked(message):
             if message is not None:
@@ -243,11 +350,3 @@ class Settler:
         if observer is not meter.OFF:
             observer.deleted(self._owner.url, receipt, self._clock.now_ms)
         self._tracker.deleted(receipt)
-
-
-def stale_receipt(receipt: str, url: str) -> str:
-    """What a receipt that changed nothing in the queue at ``url`` is."""
-    return (
-        f"{receipt} is not a current receipt of {url} "
-        "(its message was deleted or received again since, or it is another queue's)"
-    )

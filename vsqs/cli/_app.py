@@ -17,12 +17,12 @@ from typing import Any
 
 import click
 
+from .._bundled import stale_receipt
 from .._config import MAX_SECONDS
 from .._errors import ReceiptExpired
 from .._message import Message
 from .._names import FORMAT_VERSION, READABLE_FORMATS
 from .._queue import Queue
-from .._settle import stale_receipt
 from ._admin import config, delete_queue
 from ._common import (
     SECONDS,

@@ -1,0 +1,281 @@
+"""Messages of bundles: what a receive hands out of a part, and how one
+client settles them (docs/format.md, "Format 4: bundles").
+
+A client that claimed a part holds it under one name whose set is exactly
+the places of the messages it still holds (:class:`Part`). Every change is
+one request's worth of the object protocol, exclusive with every other
+client's: an ack of some of them renames the part to the set of the others
+(of all: deletes it); an extend or a release of all of them renames it to
+a new expiry, of some of them splits it (``Store.split``) into the moved
+messages and the others, each under the next version. So the rename itself
+proves that the receipt was current, as for a message alone, and every
+message keeps its own state: what a holder acks is gone, what it releases
+or lets lapse comes back with its own receive count.
+
+A receipt of a bundled message is ``<its part's held name>#<place>``. A
+:class:`vsqs.Message` follows its part's renames; a receipt string is
+current until its holder settles any message of the part.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+from . import _forks
+from . import _names as names
+from ._bundle import members
+from ._errors import InvalidReceipt, ReceiptExpired, storage_errors
+from ._message import DeadLettered, Message, Owner, hold
+from ._plans import Claim
+from .stores._base import Store
+
+#: Between a part's held name and the place of a message in its bundle.
+PLACE_SEPARATOR = "#"
+
+
+class Part:
+    """A part of a bundle this client holds: its current name (``name``) and
+    the messages of it not settled yet, by place; ``lock`` serialises this
+    client's changes of it."""
+
+    __slots__ = ("lock", "messages", "name")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.messages: dict[int, Message] = {}
+        self.lock = _forks.lock()
+
+    @property
+    def parsed(self) -> names.Name:
+        parsed = names.parse(self.name)
+        assert parsed is not None and parsed.expiry_ms is not None
+        return parsed
+
+    def renamed(self, name: str, kept: Iterable[int]) -> None:
+        """The part is now ``name`` and holds the messages at ``kept``; their
+        receipts follow, the others leave it."""
+        kept = set(kept)
+        self.name = name
+        for place in list(self.messages):
+            if place in kept:
+                self.messages[place].receipt = receipt_of(name, place)
+                hold(self.messages[place]).issued = self.messages[place].receipt
+            else:
+                del self.messages[place]
+
+
+def receipt_of(name: str, place: int) -> str:
+    return f"{name}{PLACE_SEPARATOR}{place}"
+
+
+def parse_receipt(receipt: str) -> tuple[names.Name, int] | None:
+    """``(held name, place)`` of a bundled message's receipt; ``None`` if it is
+    not one (:class:`InvalidReceipt` if it names a place its part lacks)."""
+    name, sep, place = receipt.rpartition(PLACE_SEPARATOR)
+    if not sep:
+        return None
+    parsed = names.parse_receipt(name)
+    if not (place.isdigit() and place == str(int(place)) and names.is_bundle(parsed.id)):
+        raise InvalidReceipt(f"not a receipt of this queue format: {receipt!r:.80}")
+    if int(place) not in names.members_of(parsed.id):
+        raise InvalidReceipt(f"{receipt!r:.80} names a message its part does not hold")
+    return parsed, int(place)
+
+
+def messages_of(queue: Owner, claim: Claim) -> list[Message]:
+    """The messages a claim hands out: one per message of a part; the object
+    whole (as one message) if it is no part, or one whose bytes are not a
+    bundle it is part of."""
+    object_id, data, name, count, origin = (
+        claim.id, claim.body, claim.name, claim.receive_count, claim.origin
+    )  # fmt: skip
+    found = members(object_id, data) if names.is_bundle(object_id) else None
+    if found is None:
+        return [Message(queue, object_id, data, name, count, origins=origin)]
+    part = Part(name)
+    out = []
+    for member in found:
+        message = Message(
+            queue, member.id, member.data, receipt_of(name, member.place), count, origins=origin
+        )
+        hold(message).part = part
+        part.messages[member.place] = message
+        out.append(message)
+    return out
+
+
+def peeked(
+    queue: Owner, object_id: str, data: bytes, count: int, origin: DeadLettered | None
+) -> list[Message]:
+    """The messages ``peek`` shows of a visible object: one per message of a
+    part (without receipts), or the object whole."""
+    found = members(object_id, data) if names.is_bundle(object_id) else None
+    if found is None:
+        return [Message(queue, object_id, data, None, count, dead_lettered=origin)]
+    return [Message(queue, m.id, m.data, None, count, dead_lettered=origin) for m in found]
+
+
+def part_of(message: Message) -> tuple[Part, int] | None:
+    """The part that holds a received bundled message, and its place."""
+    part = hold(message).part
+    if part is None:
+        return None
+    assert isinstance(part, Part) and message.receipt is not None
+    return part, int(message.receipt.rpartition(PLACE_SEPARATOR)[2])
+
+
+def bare_part(receipt: str) -> tuple[Part, int] | None:
+    """A bare receipt of a bundled message as a part of its own (the part
+    its name holds), and the place; ``None`` for a receipt of a message alone."""
+    found = parse_receipt(receipt)
+    if found is None:
+        return None
+    parsed, place = found
+    return Part(names.receipt_name(parsed)), place
+
+
+class Parts:
+    """Settles bundled messages this client holds, in ``store`` (of the queue
+    ``owner``), on ``clock``; ``moved(old, new, expiry)`` and
+    ``deleted(name)`` tell the client's receiver."""
+
+    def __init__(
+        self,
+        store: Store,
+        clock: names.MsClock,
+        owner: Owner,
+        moved: Callable[[str, str, int], None],
+        deleted: Callable[[str], None],
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._owner = owner
+        self._moved = moved
+        self._deleted = deleted
+
+    @property
+    def _url(self) -> str:
+        return self._owner.url
+
+    def _places(self, part: Part, places: Sequence[int], what: str) -> set[int]:
+        """``places`` checked to be held in ``part`` (the caller holds its lock)."""
+        held = set(names.members_of(part.parsed.id))
+        wanted = set(places)
+        if not wanted <= held:
+            raise ReceiptExpired(f"cannot {what}: {self._stale(part.name)}")
+        return wanted
+
+    def ack(self, part: Part, places: Sequence[int]) -> None:
+        """Delete the messages at ``places`` of ``part``: the part goes if they
+        are all it holds, else it is renamed to the others."""
+        with part.lock:
+            parsed = part.parsed
+            gone = self._places(part, places, "delete")
+            rest = [p for p in names.members_of(parsed.id) if p not in gone]
+            with storage_errors(f"deleting from {self._url}"):
+                try:
+                    if not rest:
+                        self._store.delete(part.name, known=True)
+                    else:
+                        new = _renamed(parsed, rest, parsed.expiry_ms or 0)
+                        self._store.rename(part.name, new)
+                except (FileNotFoundError, FileExistsError):
+                    raise ReceiptExpired(f"cannot delete: {self._stale(part.name)}") from None
+            if rest:
+                self._moved(part.name, new, parsed.expiry_ms or 0)
+                part.renamed(new, rest)
+            else:
+                self._deleted(part.name)
+                part.renamed(part.name, ())
+            for place in gone:
+                message = part.messages.pop(place, None)
+                if message is not None:
+                    hold(message).done = True
+
+    def move(
+        self, part: Part, places: Sequence[int], expiry_ms: int, what: str, *, holds: bool
+    ) -> Part:
+        """Extend (``holds``) or release the messages at ``places`` of ``part``
+        to ``expiry_ms``: a rename of the part if they are all it holds, else a
+        split into them and the others. Returns the part that holds them now."""
+        with part.lock:
+            parsed = part.parsed
+            moving = self._places(part, places, what)
+            if (
+                holds
+                and parsed.group is not None
+                and (parsed.expiry_ms or 0) <= self._clock.now_ms()
+            ):
+                raise ReceiptExpired(
+                    f"cannot {what}: the visibility timeout of {part.name} ran out, and its "
+                    "group may have moved on (docs/groups.md)"
+                )
+            all_places = names.members_of(parsed.id)
+            rest = [p for p in all_places if p not in moving]
+            moved = _renamed(parsed, sorted(moving), expiry_ms)
+            kept = _renamed(parsed, rest, parsed.expiry_ms or 0) if rest else ""
+            with storage_errors(f"{what} in {self._url}"):
+                try:
+                    if kept:
+                        self._store.split(part.name, moved, kept)
+                    else:
+                        self._store.rename(part.name, moved)
+                except (FileNotFoundError, FileExistsError):
+                    raise ReceiptExpired(f"cannot {what}: {self._stale(part.name)}") from None
+            old = part.name
+            self._moved(old, moved, expiry_ms)
+            if not kept:
+                part.renamed(moved, moving if holds else ())
+                return part
+            self._moved(old, kept, parsed.expiry_ms or 0)
+            out = Part(moved)
+            for place in moving:
+                message = part.messages.get(place)
+                if message is not None:
+                    out.messages[place] = message
+                    hold(message).part = out
+            out.renamed(moved, moving if holds else ())
+            part.renamed(kept, rest)
+            return out
+
+    def extend(self, bundled: tuple[Part, int], item: Message | str, expiry_ms: int) -> Message:
+        """Extend one bundled message to ``expiry_ms``; the message (a new one
+        for a bare receipt, whose object is read before the rename: the
+        rename alone decides the outcome, as for a message alone)."""
+        part, place = bundled
+        if isinstance(item, Message):
+            moved = self.move(part, [place], expiry_ms, "extend", holds=True)
+            return moved.messages.get(place, item)
+        with storage_errors(f"reading from {self._url}"):
+            try:
+                data = self._store.read_limited(part.name, names.BUNDLE_READ_LIMIT)
+            except FileNotFoundError:
+                raise ReceiptExpired(f"cannot extend: {self._stale(part.name)}") from None
+        found = {m.place: m for m in members(part.parsed.id, data) or ()}
+        moved = self.move(part, [place], expiry_ms, "extend", holds=True)
+        member = found.get(place)
+        message_id, body = (member.id, member.data) if member else (part.parsed.id, data)
+        message = Message(
+            self._owner, message_id, body, receipt_of(moved.name, place), part.parsed.receive_count
+        )
+        hold(message).part = moved
+        moved.messages[place] = message
+        return message
+
+    def _stale(self, name: str) -> str:
+        return stale_receipt(name, self._url)
+
+
+def stale_receipt(receipt: str, url: str) -> str:
+    """What a receipt that changed nothing in the queue at ``url`` is."""
+    return (
+        f"{receipt} is not a current receipt of {url} "
+        "(its message was deleted or received again since, or it is another queue's)"
+    )
+
+
+def _renamed(parsed: names.Name, places: Sequence[int], expiry_ms: int) -> str:
+    """The next name of the part ``parsed`` holding ``places``, until ``expiry_ms``."""
+    mask = sum(1 << p for p in places)
+    part_id = names.bundle_id(parsed.id, mask, names.group_of(parsed.id))
+    return names.invisible_name(part_id, expiry_ms, parsed.receive_count, parsed.version + 1)
