@@ -39,6 +39,7 @@ pytest.register_assert_rewrite(
         f"vsqs.testing.{module}"
         for module in (
             "_queue_admin",
+            "_queue_bundles",
             "_queue_config",
             "_queue_dedup",
             "_queue_flow",
