@@ -2,9 +2,10 @@
 
 A listing groups each id's keys (adjacent, since keys are listed in order)
 and settles them (docs/protocol.md, "Listing"): a marked source and its
-target are hidden while a move is under way, a move whose client went away
-is finished, spent markers and abandoned probes and batch markers are
-collected, and the names of a batch being sent are hidden until it is whole.
+targets (two for a split) are hidden while a move is under way, a move
+whose client went away is finished, spent markers and abandoned probes and
+batch markers are collected, and the names of a batch being sent are
+hidden until it is whole.
 """
 
 from __future__ import annotations
@@ -169,17 +170,17 @@ class ObjectListing(ObjectMoves):
     def _settle(self, group: Group, settle: bool, moving: set[str] | None = None) -> Names:
         """The shown names of one id's objects (all of its keys are adjacent).
 
-        * a marked source is hidden, and so is its marker's target while the
-          source exists;
+        * a marked source is hidden, and so is every target its marker names
+          (two for a split) while the source exists;
         * a marked source whose marker is older than ``FINISH_AFTER`` is
-          finished: copied to its target unless listed, then deleted; its
-          target is shown from then on; the ids of moves not finished go to
+          finished: copied to each target not listed, then deleted; its
+          targets are shown from then on; the ids of moves not finished go to
           ``moving``;
         * a marker whose source is not listed is spent: once older than
           ``FINISH_AFTER`` and its source confirmed gone, it is collected.
 
         With ``settle`` (for counting, not for claiming) nothing is finished
-        or collected, and a marked source is shown instead of its target, so
+        or collected, and a marked source is shown instead of its targets, so
         a message counts once whatever step its move is at.
         """
         present = {n for n, _ in group}

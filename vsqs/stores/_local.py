@@ -50,7 +50,7 @@ from .._names import NEW_SUFFIX, validate_queue_name
 from . import _moves
 from ._base import Changes, Names, Store, TooLarge
 from ._inotify import DirectoryFeed, open_feed
-from ._splits import split_targets, transitional
+from ._splits import SPLIT_SUFFIX, split_targets, transitional
 
 _RENAME_NOREPLACE = 1
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
@@ -203,7 +203,11 @@ class LocalStore(Store):
         self.check_place()
         with os.scandir(self.fd) as entries:
             files = [e.name for e in entries if e.is_file(follow_symlinks=False)]
-        splits = {name: found for name in files if (found := split_targets(name))}
+        splits = {
+            name: found
+            for name in files
+            if name.endswith(SPLIT_SUFFIX) and (found := split_targets(name))
+        }
         if splits:
             files = self._settle_splits(files, splits, settle)
         return [name for name in files if name.startswith(prefix)]
