@@ -96,7 +96,7 @@ from vsqs import _names as names
 from vsqs.stores._moves import MOVED_SUFFIX
 from vsqs.stores._probe import PROBE_PREFIX
 
-from . import fifo
+from . import fifo, parts
 from .bucket import Change
 from .workload import Event
 
@@ -152,8 +152,8 @@ def _expiry(receipt: str, event: Event, store_clock: bool) -> float:
     writer's wall clock (off by ``event.skew``), or, on a store that tells its
     time (``store_clock``), on the bucket's clock as the writer measured it:
     off by the steps of its wall clock since."""
-    parsed = names.parse(receipt)
-    assert parsed is not None and parsed.expiry_ms is not None, receipt
+    parsed = parts.held_name(receipt)
+    assert parsed.expiry_ms is not None, receipt
     off = event.skew - event.measured if store_clock else event.skew
     return parsed.expiry_ms / 1000 - off
 
@@ -193,7 +193,7 @@ def judge(
     _check_counts(events, claims or [], max_receives, faulted or [], verdict)
     _check_batches(events, claims or [], born or {}, faulted or [], verdict)
     _check_one_copy_per_id(changes or [], written or {}, verdict)
-    _check_stats(events, changes or [], verdict)
+    _check_stats(events, changes or [], written or {}, verdict)
     _check_spark_writes(events, written or {}, faulted or [], verdict)
     if aliases:
         events = [replace(e, ids=[aliases.get(i, i) for i in e.ids]) for e in events]
@@ -246,7 +246,7 @@ def _check_receipts(
     for event in sorted(events, key=lambda e: e.end):
         if event.op not in ("delete", "extend", "release") or event.receipt is None:
             continue
-        hold = holds.get(event.receipt)
+        hold = holds.get(event.keys[0] if event.keys else event.receipt)
         if not event.ok:
             if hold is not None and event.error != "ReceiptExpired":
                 # Cut short (its outcome unknown): it may have moved the
@@ -410,16 +410,20 @@ def _each_ack(event: Event) -> list[Event]:
         return [event]
     outcomes = event.outcomes if event.ok else ["unknown"] * len(event.acked)
     errors = {"deleted": "", "stale": "ReceiptExpired", "failed": "StorageError"}
+    keys = event.keys or event.acked  # a move's receipts are as its receive returned them
     return [
         replace(
             event,
             op="delete",
             ids=[message_id],
             receipt=receipt,
+            keys=[key],
             ok=outcome == "deleted",
             error=errors.get(outcome, event.error),
         )
-        for message_id, receipt, outcome in zip(event.ids, event.acked, outcomes, strict=True)
+        for message_id, receipt, key, outcome in zip(
+            event.ids, event.acked, keys, outcomes, strict=True
+        )
     ]
 
 
@@ -485,7 +489,8 @@ def _check_one_copy_per_id(
     """One copy per id (the module's docstring): a message name created (a
     send, a move's publish: not a copy) while a name of its id lives in its
     queue, and no delete of that name was committed (a marker with an empty
-    target: it is on its way out), is a second copy under one id."""
+    target: it is on its way out), is a second copy under one id. A part of
+    a bundle is a name of each message it holds."""
     live: dict[tuple[str, str], set[str]] = defaultdict(set)
     for at, kind, key, _ in changes:
         queue, _, name = key.rpartition("/")
@@ -495,19 +500,23 @@ def _check_one_copy_per_id(
         parsed = names.parse(name)
         if parsed is None or parsed.state == names.NEW:
             continue
-        copies = live[queue, parsed.id]
-        if kind == "delete":
-            copies.discard(name)
-            continue
-        if kind == "put" and copies - {name}:
-            verdict.add(
-                f"two copies under one id: {name} created in {queue.rpartition('/')[2]} at "
-                f"{at:.3f} while {sorted(copies)[0]} lived"
-            )
-        copies.add(name)
+        for message_id in parts.ids_in(parsed, written[f"{queue}/{name}"]):
+            copies = live[queue, message_id]
+            if kind == "delete":
+                copies.discard(name)
+                continue
+            if kind == "put" and copies - {name}:
+                verdict.add(
+                    f"two copies under one id: {message_id} created in "
+                    f"{queue.rpartition('/')[2]} as {name} at {at:.3f} while "
+                    f"{sorted(copies)[0]} lived"
+                )
+            copies.add(name)
 
 
-def _check_stats(events: list[Event], changes: list[Change], verdict: Verdict) -> None:
+def _check_stats(
+    events: list[Event], changes: list[Change], written: dict[str, bytes], verdict: Verdict
+) -> None:
     """``stats()`` reads and counts each message once (the module's docstring)."""
     lives: dict[tuple[str, str], list[list[float]]] = defaultdict(list)  # [born, gone]
     live: dict[str, list[float]] = {}
@@ -529,7 +538,8 @@ def _check_stats(events: list[Event], changes: list[Change], verdict: Verdict) -
             live.pop(key, [math.inf])[-1] = at
         elif key not in live:
             live[key] = [at, math.inf]
-            lives[queue.rpartition("/")[2], parsed.id].append(live[key])
+            for message_id in parts.ids_in(parsed, written[key]):
+                lives[queue.rpartition("/")[2], message_id].append(live[key])
     for event in events:
         for queue, counted in event.counted.items():
             here = sum(
