@@ -216,6 +216,8 @@ def judge(
     excused = set(moved)
     _check_receipts(events, holds, store_clock, verdict)
     _check_holders(by_id, tolerance, excused, verdict)
+    _check_stale_acks(by_id, excused, verdict)
+    _check_counts_rise(by_id, drained, excused, verdict)
     purges = [(e.start, e.end) for e in events if e.op == "purge"]
     fifo.check_exclusive(by_id, tolerance, verdict.add, purges)
     acked = _check_acks(events, by_id, drained, excused, verdict)
@@ -292,6 +294,60 @@ def _check_holders(
                         f"{earlier.event.actor}'s hold (count {earlier.count}) ran until "
                         f"{earlier.end:.3f}"
                     )
+
+
+def _check_stale_acks(
+    by_id: dict[tuple[str, str], list[Hold]], excused: set[str], verdict: Verdict
+) -> None:
+    """A stale receipt acks nothing: an ack that began after a receive of its
+    message with a higher count returned (that claim landed first: the
+    receipt it used named a state gone since) cannot succeed."""
+    for (queue, message_id), holds in by_id.items():
+        if message_id in excused:
+            continue
+        for hold in holds:
+            ack = hold.acked
+            newer = [h for h in holds if h.count > hold.count and ack and h.start < ack.start]
+            if ack is not None and newer:
+                verdict.add(
+                    f"stale receipt acked: {message_id} in {queue}, received again by "
+                    f"{newer[0].event.actor} at {newer[0].start:.3f} (count {newer[0].count}), "
+                    f"acked at {ack.start:.3f} by {ack.actor} with {ack.receipt} "
+                    f"(count {hold.count})"
+                )
+
+
+def _check_counts_rise(
+    by_id: dict[tuple[str, str], list[Hold]],
+    drained: list[Drained],
+    excused: set[str],
+    verdict: Verdict,
+) -> None:
+    """A message's receive count never goes back: a receive (or the final
+    drain) that began after another of the message in its queue returned
+    counts more (a message moved between queues starts again there)."""
+    last: dict[tuple[str, str], Hold] = {}
+    for (queue, message_id), holds in by_id.items():
+        if message_id in excused:
+            continue
+        for earlier in holds:
+            for later in holds:
+                if later.event.start > earlier.event.end and later.count <= earlier.count:
+                    verdict.add(
+                        f"receive count went back: {message_id} in {queue}, count "
+                        f"{earlier.count} to {earlier.event.actor} at {earlier.start:.3f}, then "
+                        f"{later.count} to {later.event.actor} at {later.start:.3f}"
+                    )
+            if (queue, message_id) not in last or earlier.count > last[queue, message_id].count:
+                last[queue, message_id] = earlier
+    for d in drained:
+        before = last.get((d.queue, d.id))
+        if before is not None and d.count <= before.count:
+            verdict.add(
+                f"receive count went back: {d.id} drained from {d.queue} with count {d.count}, "
+                f"received with count {before.count} by {before.event.actor} at "
+                f"{before.start:.3f}"
+            )
 
 
 def _check_acks(

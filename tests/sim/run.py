@@ -236,7 +236,7 @@ def _run(plan: Plan) -> Report:
     scheduler.run()
 
     errors = [f"{a.name}: {type(a.error).__name__}: {a.error}" for a in scheduler.actors if a.error]
-    drained = _drain(scheduler, opener, queues, strict=plan.strict_groups)
+    drained = _drain(scheduler, opener, queues, errors, strict=plan.strict_groups)
     leftovers = sorted(key for key in bucket.objects if not key.endswith("/" + names.CONFIG_NAME))
     aliases = sibling_ids(bucket.written, history.events)
     src = f"{prefix}/src/"
@@ -381,10 +381,12 @@ def _drain(
     scheduler: Scheduler,
     opener: Callable[[str, Callable[[], float]], vsqs.Queue],
     names_: tuple[str, ...],
+    errors: list[str],
     *,
     strict: bool = False,
 ) -> list[Drained]:
-    """Long after the run, with no faults: repair, then receive and ack everything.
+    """Long after the run, with no faults: repair, then receive and ack
+    everything (an ack that raises there is one of the run's ``errors``).
 
     Each queue is listed once, ``FINISH_AFTER`` before the rest: where listings
     tell no times, that is when its leftovers start to age. ``strict``: the
@@ -404,20 +406,23 @@ def _drain(
             scheduler.bucket.now += BLOCKER_CHECK + 1 if again else 0
             before = len(drained)
             for queue, q in queues.items():
-                _drain_one(queue, q, drained)
+                _drain_one(queue, q, drained, errors)
             if len(drained) == before:
                 break
     return drained
 
 
-def _drain_one(queue: str, q: vsqs.Queue, drained: list[Drained]) -> None:
+def _drain_one(queue: str, q: vsqs.Queue, drained: list[Drained], errors: list[str]) -> None:
     q.gc()
     while batch := q.receive_batch(10, visibility_timeout=3600):
         for message in batch:
             # A dead letter shows its origin record (read before the ack removes it).
             record = message.dead_lettered is not None if queue == "dlq" else None
             drained.append(Drained(queue, message.id, message.body, message.receive_count, record))
-            message.delete()
+            try:
+                message.delete()
+            except vsqs.VsqsError as exc:
+                errors.append(f"the drain's ack of {message.id} in {queue}: {exc}")
     q.gc()
 
 
