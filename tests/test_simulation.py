@@ -16,19 +16,24 @@ clients on a simulated bucket, each judged by the oracle.
   abort, also after ``RESTAMP_AFTER``); and issue 29's features
   (``FEATURE_PLANS``): message groups and deduplication ids, and a queue
   whose dead letters keep their groups blocked (also swept on fixed seeds:
-  ``STRICT_SEEDS``).
+  ``STRICT_SEEDS``); and issue 32's bundles (``BUNDLE_PLANS``): bundled
+  batches, receives of part of a part, partial acks, extends, releases and
+  expiries, also in groups and with processes that die between requests.
 * Named regression schedules: the seeds at which the simulation found each
   class of failure of format 1 by itself (``benchmarks/RESULTS.md``); and
-  the seed of each engine bug it found in issue 29's core, a strict xfail
-  until fixed (``ENGINE_BUGS``).
+  the seed of each engine bug it found in issue 29's core and in issue 32's
+  bundles, a strict xfail until fixed (``ENGINE_BUGS``, ``BUNDLE_BUGS``).
 * The simulation itself is checked: a seed replays to the same schedule, in
   this process and in another; and the oracle catches the bugs of planted
-  mutants of the protocol (a test that could not fail would prove nothing).
+  mutants of the protocol (a test that could not fail would prove nothing),
+  of bundles too (``BUNDLE_MUTANTS``: each found at its seed by its own
+  words, which the real code does not show there).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import math
 import os
@@ -421,6 +426,15 @@ BUNDLE_BUGS: dict[str, tuple[Callable[[int], Plan], int, str]] = {
         BUNDLE_PLANS["bundles-groups"],
         49,
         r"two copies under one id: \S+ created in src",
+    ),
+    # A settled listing (stats) counts a message once per id, but a split
+    # that finishes between two pages of its listing shows its source on one
+    # page and its two targets, parts of other ids, on a later one: its
+    # messages are counted twice (issue 26's class 6, back for parts).
+    "a-split-finished-between-pages-is-counted-twice": (
+        BUNDLE_PLANS["bundles"],
+        92,
+        r"stats counted twice: .* in src",
     ),
     # A send_batch that writes several objects (runs of groups, more than
     # 128 messages or 1 MiB) publishes them one after another without a
@@ -856,11 +870,26 @@ def test_the_simulation_finds_a_planted_bug_in_bundles(
 @pytest.mark.sweep  # up to MUTANT_SEEDS schedules each
 @pytest.mark.parametrize("mutant", MUTANTS)
 def test_the_simulation_finds_a_planted_bug(mutant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found: a schedule breaks a promise the real code keeps on it (a kind of
+    violation it does not show there: the engine bugs of ``BUNDLE_BUGS``
+    break promises on many seeds by themselves)."""
     patch, plan = MUTANTS[mutant]
-    if patch is not None:
-        monkeypatch.setattr(*patch)
     first = MUTANT_FROM.get(mutant, 0)
     for seed in range(first, first + MUTANT_SEEDS):
-        if not run(plan(seed)).verdict:
+        with monkeypatch.context() as patched:
+            if patch is not None:
+                patched.setattr(*patch)
+            report = run(plan(seed))
+        if not report.verdict and _kinds(report) - _kinds(run(_honest(plan(seed)))):
             return
     pytest.fail(f"{MUTANT_SEEDS} schedules from {first} missed the planted bug {mutant!r}")
+
+
+def _kinds(report: Report) -> set[str]:
+    """The kinds of promise a run broke (each violation's words up to its colon)."""
+    return {v.partition(":")[0] for v in report.verdict.violations}
+
+
+def _honest(plan: Plan) -> Plan:
+    """``plan`` on a bucket that keeps vsqs's assumptions (no retried or torn requests)."""
+    return dataclasses.replace(plan, retry_creates=False, torn=frozenset())

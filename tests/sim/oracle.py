@@ -78,6 +78,15 @@ violation of the promises vsqs makes on every store:
   failed body read alone gives the claim back, uncounted, and returns what
   the batch read (issue 26, class 9); what users see of it is a receive
   count above the deliveries, and a message dead-lettered unreceived;
+* **per message, whatever the object** (issue 32): a part of a bundle is
+  one object holding many messages; every check above judges messages
+  (``Message.id``, what ``send_batch`` returned), reading each part's
+  name as the messages its set names (``parts``); a bundled message's
+  receipt is ``<its part's held name>#<place>``;
+* **a stale receipt acks nothing**: an ack that began after a receive of
+  its message with a higher receive count returned does not succeed;
+* **receive counts never go back**: a receive of a message (or the final
+  drain) that began after another in its queue returned counts more;
 * **groups and deduplication ids** (issue 29): ``fifo``'s checks (one
   holder per group, a group's order, targeted receives, groups kept, one
   message per deduplication id in its window); a send of a deduplication id

@@ -1,6 +1,7 @@
 """One simulated schedule: set up, run, drain, judge. ``python -m tests.sim SEED`` replays one
 (``--groups 0.6``, ``--dedups 0.4 --dedup-window 30``: with issue 29's features;
-``--strict``: on a queue whose dead letters block their groups).
+``--strict``: on a queue whose dead letters block their groups; ``--bundles 0.5
+--batch-acks 0.3``: with issue 32's bundled batches, splits and partial acks).
 
 A run is a pure function of its :class:`Plan` (seed, bucket flavour, faults
 and client mix): every random choice (the schedule, the clients' scripts,

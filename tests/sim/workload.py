@@ -16,7 +16,11 @@ one group or a group each) and send deduplication ids (``DEDUP_IDS``:
 repeated, by a twin process at the same time, and again after a send that
 raised), and consumers now and then receive from one group only; some
 grouped messages are poison (``Setup.poison``): no consumer of the source
-acknowledges them, so they are dead-lettered. Every
+acknowledges them, so they are dead-lettered. With issue 32's bundles in
+the plan (``Setup.bundles``), producers send bundled batches of up to
+``BUNDLED`` messages, consumers receive fewer or more than a part holds
+(a split while other clients list) and settle a few held messages a step,
+so that parts are acked, extended and released in part and lapse in part. Every
 call is logged with the bucket's time before and after it and its outcome.
 """
 
