@@ -210,16 +210,17 @@ def producer(setup: Setup, name: str, rng: random.Random, ops: int, skew: float)
                     bs: list[bytes] = bodies,
                     g: str | None = group,
                     own: dict[bytes, str | None] = own,
+                    bundle: bool | None = None,
                 ) -> None:
                     e.queue, e.bodies = "src", bs
                     mixed = [own.get(b, g) for b in bs]
                     if len(set(mixed)) > 1:  # else the batch's group, for every message
                         e.groups = mixed
                         items = [vsqs.Outgoing(b, group=m) for b, m in zip(bs, mixed, strict=True)]
-                        e.ids = q.send_batch(items)
+                        e.ids = q.send_batch(items, bundle=bundle)
                         return
                     e.groups = [g] * len(bs)
-                    e.ids = q.send_batch(bs, group=g)
+                    e.ids = q.send_batch(bs, group=g, bundle=bundle)
 
                 if setup.twin_batches and rng.random() < setup.twin_batches:
                     # Another thread of this Queue sends a batch at the same time.
@@ -306,23 +307,28 @@ def _dedup_send(setup: Setup, name: str, rng: random.Random, q: vsqs.Queue) -> N
 def _twin_batch(
     setup: Setup,
     name: str,
-    send_batch: Callable[[Event, list[bytes]], None],
+    send_batch: Callable[..., None],
     bodies: list[bytes],
     twin_bodies: list[bytes],
 ) -> None:
     """``send_batch`` of ``bodies`` here and of ``twin_bodies`` in a second
-    thread of this process (the same ``Queue``) at once; then wait for it."""
+    thread of this process (the same ``Queue``) at once; then wait for it.
+    Each message in an object of its own (``bundle=False``): two batches of
+    several objects each, which batch markers keep whole (a bundle is one
+    object, shown whole by itself)."""
     scheduler, log = setup.scheduler, setup.history.log
     me = scheduler.current()
     assert me is not None
     twin = f"{name}-twin"
     other = scheduler.actor(
         twin,
-        lambda: log(scheduler, twin, "send_batch", lambda e: send_batch(e, twin_bodies)),
+        lambda: log(
+            scheduler, twin, "send_batch", lambda e: send_batch(e, twin_bodies, bundle=False)
+        ),
         skew=me.skew,
         process=me.process,
     )
-    log(scheduler, name, "send_batch", lambda e: send_batch(e, bodies))
+    log(scheduler, name, "send_batch", lambda e: send_batch(e, bodies, bundle=False))
     scheduler.join(other)
 
 
