@@ -398,7 +398,7 @@ def test_engine_bugs_of_issue_29(bug: str) -> None:
     _shows_none(FEATURE_PLANS[plan](seed), words)
 
 
-#: Engine bugs the simulation found in issue 32's bundles (db7a67f, 0ef3e64):
+#: Engine bugs the simulation found in issue 32's bundles (db7a67f, 0ef3e64; still in a864c26):
 #: the plan and seed that show each, and the oracle's words for it (a pattern
 #: that a violation matches from its start). Each test fails until its bug
 #: is fixed (strict xfail then reports its pass). Replay with
@@ -406,23 +406,10 @@ def test_engine_bugs_of_issue_29(bug: str) -> None:
 #: bundles) or ``--bundles 0.5 --batch-acks 0.3 --groups 0.5`` for
 #: ``bundles-groups``; ``--trace`` prints the schedule.
 BUNDLE_BUGS: dict[str, tuple[Callable[[int], Plan], int, str]] = {
-    # ``Parts.ack``/``Parts.move`` change a part inside ``storage_errors``,
-    # which turns the ``FileNotFoundError`` of a name gone into
-    # ``StorageError``: ``_where_current`` never looks for the names that hold
-    # the messages now. c2 extended message 1 of its part by bare receipt
-    # (a split; its ``Message`` of message 2 kept the old receipt), then
-    # acked message 2: ``StorageError``, not the ack (also a stale receipt
-    # raises ``StorageError``, not ``ReceiptExpired``; the drain's own acks
-    # fail so: bundles seed 32).
-    "a-part-name-gone-fails-the-settle-with-storage-error": (Plan, 4, "ack failed for nothing"),
     # An ack of a bundled dead letter that deletes its part leaves the part's
     # origin record (``Parts.ack`` never removes records; a message alone's
     # ack does): after the drain and ``gc()``, ``<part>.<record>.origin``.
     "an-acked-bundled-dead-letter-leaves-its-origin-record": (Plan, 2, r"leftover: .*\.origin$"),
-    # A dead-letter queue's part split by a receive of part of it (or a
-    # settle of some of it) no longer shows its origin record: records are
-    # named by the part's id, which a split changes.
-    "a-split-bundled-dead-letter-shows-no-origin-record": (Plan, 34, "no origin record"),
     # A stale dead-lettering of a part (its claim outlasted by a split of it
     # by another client, which dead-lettered both halves) publishes the whole
     # part again in the dead-letter queue under its own id: the check for
@@ -465,6 +452,31 @@ BUNDLE_BUGS: dict[str, tuple[Callable[[int], Plan], int, str]] = {
 @pytest.mark.parametrize("bug", _pinned(BUNDLE_BUGS))
 def test_engine_bugs_of_issue_32(bug: str) -> None:
     plan, seed, words = BUNDLE_BUGS[bug]
+    _shows_none(plan(seed), words)
+
+
+#: Engine bugs of bundles found by the simulation and fixed since (a864c26),
+#: each at the seed that showed it, as ``BUNDLE_BUGS``: it must not show again.
+BUNDLE_FIXED: dict[str, tuple[Callable[[int], Plan], int, str]] = {
+    # ``Parts.ack``/``Parts.move`` change a part inside ``storage_errors``,
+    # which turns the ``FileNotFoundError`` of a name gone into
+    # ``StorageError``: ``_where_current`` never looks for the names that hold
+    # the messages now. c2 extended message 1 of its part by bare receipt
+    # (a split; its ``Message`` of message 2 kept the old receipt), then
+    # acked message 2: ``StorageError``, not the ack (also a stale receipt
+    # raises ``StorageError``, not ``ReceiptExpired``; the drain's own acks
+    # fail so: bundles seed 32).
+    "a-part-name-gone-fails-the-settle-with-storage-error": (Plan, 4, "ack failed for nothing"),
+    # A dead-letter queue's part split by a receive of part of it (or a
+    # settle of some of it) no longer shows its origin record: records are
+    # named by the part's id, which a split changes.
+    "a-split-bundled-dead-letter-shows-no-origin-record": (Plan, 34, "no origin record"),
+}
+
+
+@pytest.mark.parametrize("bug", BUNDLE_FIXED)
+def test_fixed_engine_bugs_of_issue_32_stay_fixed(bug: str) -> None:
+    plan, seed, words = BUNDLE_FIXED[bug]
     _shows_none(plan(seed), words)
 
 
@@ -819,32 +831,14 @@ _RESOLVED = (Parts, "_current", _any_later_name)
 BUNDLE_MUTANTS: dict[str, tuple[tuple[object, str, object], Callable[[int], Plan], str, int]] = {
     "split-targets-shown": (_SHOWN, BUNDLE_PLANS["bundles"], "stats counted twice", 3),
     "split-finished-in-part": (_IN_PART, BUNDLE_PLANS["bundles-crashes"], "lost", 16),
-    "acked-places-kept": (_KEPT, BUNDLE_PLANS["bundles"], "acknowledged came back", 3),
+    "acked-places-kept": (_KEPT, BUNDLE_PLANS["bundles"], "acknowledged came back", 5),
     "rest-of-a-split-counted": (_COUNTED, BUNDLE_PLANS["bundles"], "receive count: ", 0),
     "stale-receipt-resolved": (_RESOLVED, BUNDLE_PLANS["bundles"], "stale receipt acked", 3),
 }
 
 
-#: Planted bugs of bundles the simulation cannot find yet: an engine bug of
-#: ``BUNDLE_BUGS`` keeps their code from running (seeds 0-149 miss it). With
-#: that bug fixed (``storage_errors`` letting the two errors through),
-#: seed 3 finds it: this test then passes, and its xfail goes.
-_UNREACHED = {
-    "stale-receipt-resolved": "engine bug: storage_errors turns the FileNotFoundError of a "
-    "part's gone name into StorageError, so Parts._current never runs",
-}
-
-
 @pytest.mark.sweep  # two schedules each
-@pytest.mark.parametrize(
-    "mutant",
-    [
-        pytest.param(m, marks=pytest.mark.xfail(strict=True, reason=_UNREACHED[m]))
-        if m in _UNREACHED
-        else m
-        for m in BUNDLE_MUTANTS
-    ],
-)
+@pytest.mark.parametrize("mutant", BUNDLE_MUTANTS)
 def test_the_simulation_finds_a_planted_bug_in_bundles(
     mutant: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
