@@ -305,10 +305,8 @@ class Publisher:
 
     @contextmanager
     def _shown_whole(self, several: bool) -> Iterator[None]:
-        """While several objects of one batch are published one after another,
-        receivers see none of them until all are there (a batch marker:
-        :meth:`Store.sending`; its floor drawn before their ids, another if
-        its name was burned)."""
+        """While several objects of a batch are published, receivers see none of
+        them until all are there (:meth:`Store.sending`, another floor if burned)."""
         if not several:
             yield
             return
