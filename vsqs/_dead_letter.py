@@ -199,16 +199,20 @@ def _part_here(store: Store, part_id: str, record: str) -> bool | None:
     counts (one listing of the bundle's names): ``False`` only for the very
     part, unreceived."""
     core, places = names.lineage(part_id), set(names.members_of(part_id))
+
+    def ours(other_id: str) -> bool:  # a name of this bundle holding one of these messages
+        return names.lineage(other_id) == core and bool(places & set(names.members_of(other_id)))
+
     found: bool | None = None
     for name in store.list(prefix=core, settle=True):
         here = names.parse(name)
         if here is not None and here.state != names.NEW:
-            if names.lineage(here.id) != core or not places & set(names.members_of(here.id)):
+            if not ours(here.id):
                 continue
             if here.id == part_id and not here.receive_count:
                 return False
             found = True
-        elif name != record and (of := names.origin_id(name)) and names.lineage(of) == core:
+        elif name != record and (of := names.origin_id(name)) and ours(of):
             found = True
     return found
 
