@@ -345,7 +345,7 @@ def test_a_task_reads_s3_bodies_side_by_side(spark: SparkSession, s3_server: Ser
     never happens if one task reads them one at a time."""
     url = s3_server.url()
     with vsqs.Queue(url, storage_options=s3_server.storage_options) as q:
-        sent = q.send_batch([f"s3 {i}".encode() for i in range(40)])
+        sent = q.send_batch([f"s3 {i}".encode() for i in range(40)], bundle=False)
     with FaultProxy(s3_server.storage_options["client_kwargs"]["endpoint_url"]) as proxy:
         gate = proxy.gate = Gate(body_get)
         df = (
@@ -365,9 +365,9 @@ def test_default_partitions_are_smaller_on_object_stores(
     monkeypatch.setattr(_read, "NAMES_PER_OBJECT_PARTITION", 10)
     url = s3_server.url()
     with vsqs.Queue(url, storage_options=s3_server.storage_options) as q:
-        q.send_batch([b"x"] * 30)
+        q.send_batch([b"x"] * 30, bundle=False)
     with vsqs.Queue(tmp_path / "q") as q:
-        q.send_batch([b"x"] * 30)
+        q.send_batch([b"x"] * 30, bundle=False)
     on_s3 = {"path": url, "storageOptions": json.dumps(s3_server.storage_options)}
     assert len(SnapshotReader(Options.parse(on_s3)).partitions()) == 3
     assert len(SnapshotReader(Options.parse({"path": str(tmp_path / "q")})).partitions()) == 1
@@ -377,7 +377,7 @@ def test_default_partitions_are_smaller_on_object_stores(
 def test_metadata_queries_read_no_bodies(spark: SparkSession, s3_server: Server) -> None:
     url = s3_server.url()
     with vsqs.Queue(url, storage_options=s3_server.storage_options) as q:
-        sent = q.send_batch([f"m{i}".encode() for i in range(20)])
+        sent = q.send_batch([f"m{i}".encode() for i in range(20)], bundle=False)
         held = sorted(m.id for m in q.receive_batch(5, visibility_timeout=600))
     with FaultProxy(s3_server.storage_options["client_kwargs"]["endpoint_url"]) as proxy:
 
@@ -485,5 +485,7 @@ def test_stream_progress_shows_the_backlog(spark: SparkSession, tmp_path: Path) 
         if progress["numInputRows"]:
             latest = progress["sources"][0]["latestOffset"]
             reported.append(json.loads(latest) if isinstance(latest, str) else latest)
-    assert [r["backlog"] for r in reported] == [3, 1, 0]
-    assert {r["id"] for r in reported} == {sent[-1]}
+    assert [r["backlog"] for r in reported] == [3, 1, 0]  # messages of one bundle
+    [part] = [n for n in listing(tmp_path / "q") if names.parse(n)]
+    assert names.members_of(part) == list(range(len(sent)))
+    assert {(r["id"], r["place"]) for r in reported} == {(part[: names.ID_LEN], len(sent) - 1)}
