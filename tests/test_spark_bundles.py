@@ -1,6 +1,7 @@
 """The ``vsqs`` data source and bundles (format 4, issue 32): a read and a
 stream give one row per message of a part, under the message's own id, in
-the state of the part that holds it now.
+the state of the part that holds it now; the writer stages each task's rows
+in bundles.
 
 On the session's real local SparkSession (``tests/support/spark_session.py``)
 and on real queue directories; receives split parts for real.
@@ -8,6 +9,7 @@ and on real queue directories; receives split parts for real.
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -151,6 +153,30 @@ def test_a_stream_over_bundles_offers_each_message_once_across_splits(
     run()
     assert batches == [later]
     q.close()
+
+
+def test_a_write_stages_each_tasks_rows_in_bundles(spark: SparkSession, tmp_path: Path) -> None:
+    rows = spark.range(300).select(F.format_string("row %d", F.col("id")).alias("body"))
+    rows.repartition(2).write.format("vsqs").mode("append").save(str(tmp_path / "q"))
+    parts = objects(tmp_path / "q")
+    assert all(names.is_bundle(names.id_of(n)) for n in parts)
+    assert len(parts) == 2 * math.ceil(150 / names.MAX_BUNDLE)  # ~150 rows a task
+    with vsqs.Queue(tmp_path / "q") as q:
+        got: list[bytes] = []
+        while batch := q.receive_batch(100, visibility_timeout=600):
+            got.extend(bytes(m.body) for m in batch)
+            q.delete_batch(batch)
+        assert sorted(got) == sorted(b"row %d" % i for i in range(300))
+        assert q.stats().ready == q.stats().in_flight == 0
+    assert not [n for n in listing(tmp_path / "q") if n.endswith(names.NEW_SUFFIX)]
+
+    rows.coalesce(1).write.format("vsqs").option("bundle", "false").mode("append").save(
+        str(tmp_path / "alone")
+    )
+    alone = objects(tmp_path / "alone")
+    assert len(alone) == 300 and not any(names.is_bundle(names.id_of(n)) for n in alone)
+    with vsqs.Queue(tmp_path / "alone") as q:
+        assert [m.body for m in q.peek(300)] == [b"row %d" % i for i in range(300)]
 
 
 @pytest.mark.xfail(

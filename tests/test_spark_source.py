@@ -133,8 +133,8 @@ def test_a_lost_tasks_staging_is_removed_by_the_commit_and_holds_no_stream_back(
     q = vsqs.Queue(queue)
     before = q.send_batch([b"before"] * 3)
     writer = a_writer(queue)
-    kill_a_task(writer, 50)
-    assert len(staged(queue)) == 50
+    kill_a_task(writer, 300)  # two bundles staged, the last 44 rows not yet
+    assert len(staged(queue)) == 2
     after = q.send_batch([b"after"] * 3)  # newer ids than the dead task's staging
     retried = writer.write(iter([Row(body=f"row {i}") for i in range(5)]))  # the retry
     writer.commit([retried])
@@ -152,7 +152,8 @@ def test_an_abort_removes_what_every_task_of_the_job_staged(tmp_path: Path) -> N
     queue = tmp_path / "q"
     vsqs.Queue(queue).close()
     writer = a_writer(queue)
-    kill_a_task(writer, 20)
+    kill_a_task(writer, 200)
+    assert len(staged(queue)) == 1
     done = writer.write(iter([Row(body="ok")]))
     other_job = a_writer(queue).write(iter([Row(body="another job's")]))
     writer.abort([done])
@@ -214,21 +215,27 @@ def test_staging_older_than_the_restamp_age_is_published_under_a_fresh_id(
     assert store.read(fresh) == b"staged long ago" and store.read(after) == b"staged just now"
 
 
+@pytest.mark.parametrize("bundle", ["true", "false"])
 def test_a_restamped_commit_that_fails_publishes_each_row_once_or_never_and_leaves_nothing(
-    s3_server: Server, monkeypatch: pytest.MonkeyPatch
+    s3_server: Server, monkeypatch: pytest.MonkeyPatch, bundle: str
 ) -> None:
     """The driver's commit of rows staged long ago (each restamped) fails at
     each of its requests in turn on S3, and Spark runs the abort: each row is
-    published once or not at all, and once the moves left half done are
-    repaired nothing of the job is left (a move of a ``.new`` to another id
-    left a marker that neither the abort nor gc accepted)."""
+    published once or not at all (a bundle: all its rows or none), and once
+    the moves left half done are repaired nothing of the job is left (a move
+    of a ``.new`` to another id left a marker that neither the abort nor gc
+    accepted)."""
     monkeypatch.setattr(_publish, "RESTAMP_AFTER", -1.0)  # every row was staged "long ago"
     rows = [f"row {i}" for i in range(3)]
     schema = StructType([StructField("body", StringType())])
 
     def failed_commit(fault_at: int | None) -> tuple[Options, FaultyIO]:
         options = Options.parse(
-            {"path": s3_server.url(), "storageOptions": json.dumps(s3_server.storage_options)},
+            {
+                "path": s3_server.url(),
+                "storageOptions": json.dumps(s3_server.storage_options),
+                "bundle": bundle,
+            },
             WRITE,
         )
         writer = QueueWriter(options, schema)
@@ -256,8 +263,10 @@ def test_a_restamped_commit_that_fails_publishes_each_row_once_or_never_and_leav
                 q.gc()
                 got = Counter(bytes(m.body).decode() for m in q.peek(10))
         assert set(got) <= set(rows) and max(got.values(), default=1) == 1, (fault_at, got)
+        objects = len(got) if bundle == "false" else len(got) // len(rows)
+        assert bundle == "false" or len(got) in (0, len(rows)), (fault_at, got)
         left = [n for n, _ in store.io.listing()]
-        assert len(left) == len(got) + 1 and names.CONFIG_NAME in left, (fault_at, left)
+        assert len(left) == objects + 1 and names.CONFIG_NAME in left, (fault_at, left)
 
 
 def test_a_failed_write_publishes_nothing_and_leaves_no_staging(
