@@ -24,8 +24,10 @@ from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 import vsqs.spark  # noqa: E402
+from vsqs.spark import _read  # noqa: E402
 from vsqs.spark._options import Options  # noqa: E402
 from vsqs.spark._read import NamesPartition, read_partition  # noqa: E402
+from vsqs.spark._source import SnapshotReader  # noqa: E402
 
 from .support.spark_streams import listing  # noqa: E402
 
@@ -111,6 +113,25 @@ def test_messages_of_a_part_split_or_acked_after_the_listing_are_read_once(
         assert [r["state"] for r in rows] == ["in_flight"] * 4 + ["ready"] * 15
     assert rows[0].keys() == {"id", "sent_at", "state", "receive_count", "visible_at"}
     q.close()
+
+
+def test_partitions_hold_about_as_many_messages_and_never_cut_a_part(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_read, "NAMES_PER_PARTITION", 100)
+    queue = tmp_path / "q"
+    with vsqs.Queue(queue) as q:
+        for _ in range(3):
+            q.send_batch([b"b"] * 100)
+        q.send_batch([b"a"] * 50, bundle=False)
+    planned = SnapshotReader(Options.parse({"path": str(queue)})).partitions()
+    assert [type(p) for p in planned] == [NamesPartition] * 4  # ceil(350 / 100)
+    counts = [
+        sum(names.message_count(names.id_of(n)) for n in p.names)
+        for p in planned
+        if isinstance(p, NamesPartition)
+    ]
+    assert counts == [100, 100, 100, 50]
 
 
 def test_a_stream_over_bundles_offers_each_message_once_across_splits(
