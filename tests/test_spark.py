@@ -276,7 +276,7 @@ def test_a_failed_batch_is_released_after_each_messages_backoff(
 ) -> None:
     """The delay of ``Queue.consume`` by receive count: 3/4 of 100 s doubled per receive."""
     q = vsqs.Queue(tmp_path / "q")
-    once, fresh = q.send_batch([b"received once before", b"fresh"])
+    once, fresh = q.send_batch([b"received once before", b"fresh"], bundle=False)
     before = q.receive()
     assert before is not None and before.id == once
     before.release()

@@ -11,6 +11,7 @@ import pytest
 
 import vsqs
 from vsqs import _names as names
+from vsqs._bundle import members
 
 pytest.importorskip("pyspark", reason="the spark extra is part of .[test]")
 
@@ -27,9 +28,17 @@ BAD = (10, 500, 999)
 
 
 def held(path: Path) -> dict[str, names.Name]:
-    """The messages of a local queue by id, from their names."""
-    parsed = (names.parse(p.name) for p in path.iterdir())
-    return {n.id: n for n in parsed if n is not None}
+    """The messages of a local queue by their own ids, each with the name of
+    the object that holds it (a part of a bundle holds several)."""
+    found: dict[str, names.Name] = {}
+    for p in path.iterdir():
+        parsed = names.parse(p.name)
+        if parsed is not None:
+            bundled = members(parsed.id, p.read_bytes()) if names.is_bundle(parsed.id) else None
+            found.update(
+                (i, parsed) for i in ([parsed.id] if bundled is None else [m.id for m in bundled])
+            )
+    return found
 
 
 def test_only_the_rows_process_returns_are_released_after_their_backoff(
@@ -135,7 +144,7 @@ def test_the_heartbeat_extends_a_batch_side_by_side_on_s3(
     which never happens if they run one at a time."""
     url = s3_server.url()
     with vsqs.Queue(url, storage_options=s3_server.storage_options) as q:
-        q.send_batch([b"%d" % i for i in range(8)])
+        q.send_batch([b"%d" % i for i in range(8)], bundle=False)  # 8 objects to extend
     with FaultProxy(s3_server.storage_options["client_kwargs"]["endpoint_url"]) as proxy:
         gate = Gate(extending)
         options = copy.deepcopy(s3_server.storage_options)
