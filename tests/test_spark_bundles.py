@@ -28,6 +28,7 @@ from vsqs.spark import _read  # noqa: E402
 from vsqs.spark._options import Options  # noqa: E402
 from vsqs.spark._read import NamesPartition, read_partition  # noqa: E402
 from vsqs.spark._source import SnapshotReader  # noqa: E402
+from vsqs.spark._stream import ready_keys  # noqa: E402
 
 from .support.spark_streams import listing  # noqa: E402
 
@@ -174,6 +175,21 @@ def test_a_stream_over_bundles_offers_each_message_once_across_splits(
     run()
     assert batches == [later]
     q.close()
+
+
+def test_a_delayed_bundle_is_keyed_by_its_delay_until_a_receive_splits_it() -> None:
+    """The stream's keys: a bundle sent with a delay became ready at its
+    expiry; the part a receive leaves of it (receive count 0, without the
+    bundle's first message) is keyed by the send time, as the received part
+    is (docs/spark.md: such messages are not offered again if the stream
+    passed that time)."""
+    core = names.ids.next_id(int(time.time() * 1000))
+    sent_ms, due_ms = names.id_ms(core), names.id_ms(core) + 60_000
+    delayed = names.parse(names.invisible_name(names.bundle_id(core, 0b1111, None), due_ms, 0, 1))
+    rest = names.parse(names.invisible_name(names.bundle_id(core, 0b1100, None), due_ms, 0, 2))
+    assert delayed is not None and rest is not None
+    assert ready_keys(delayed) == [(due_ms, core, p) for p in range(4)]
+    assert ready_keys(rest) == [(sent_ms, core, 2), (sent_ms, core, 3)]
 
 
 def test_a_write_stages_each_tasks_rows_in_bundles(spark: SparkSession, tmp_path: Path) -> None:
