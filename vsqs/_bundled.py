@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from . import _forks
+from . import _meter as meter
 from . import _names as names
 from ._bundle import members
 from ._errors import InvalidReceipt, ReceiptExpired, storage_errors
@@ -179,10 +180,13 @@ class Parts:
                 self._apply(f"deleting from {self._url}", self._store.rename, here.name, new)
             else:
                 self._apply(f"deleting from {self._url}", self._store.delete, here.name)
+            observer = meter.observer
             for place in gone:
                 message = here.messages.get(place)
                 if message is not None:
                     hold(message).done = True
+                if observer is not meter.OFF:
+                    observer.deleted(self._url, receipt_of(here.name, place), self._clock.now_ms)
             if new:
                 self._moved(here.name, new, parsed.expiry_ms or 0)
             else:
@@ -222,11 +226,16 @@ class Parts:
             after = Part(moved)
             for place in moving:
                 message = here.messages.pop(place, None)
-                if message is not None:
+                if message is None:
+                    continue
+                if holds:
                     after.messages[place] = message
                     hold(message).part = after
                     out.append(message)
-            after.renamed(moved, moving if holds else ())
+                else:  # let go: its receipt stays the name it had, no longer current
+                    hold(message).part = Part(here.name)
+                    hold(message).done = True
+            after.renamed(moved, moving)
             here.renamed(kept or here.name, rest)
 
         with part.lock:

@@ -325,7 +325,8 @@ class DeadLetters:
             origin.receive_count,
             dlq.url,
         )
-        meter.observer.dead_lettered(self._source.url)
+        for _ in range(names.message_count(parsed.id)):  # a part's messages, each
+            meter.observer.dead_lettered(self._source.url)
         if parsed.group is not None and self._blocks():
             blocker = names.next_name(parsed, names.MAX_EXPIRY_MS, parsed.receive_count)
             self._source.rename(held, blocker)

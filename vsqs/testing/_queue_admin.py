@@ -77,7 +77,7 @@ class AdminTests:
             q.send(b"c")
             calls: list[tuple[int, int | None]] = []
             assert q.purge(progress=lambda done, total: calls.append((done, total))) == 3
-            assert calls == [(2, 3), (3, 3)]
+            assert len(calls) == 2 and calls[-1] == (3, 3)  # a bundle and a message alone
             stale = names.new_name(store.ms_clock(clock).next_id())
             store.write_new(stale, b"half written", fsync=False)
             clock.advance(61)
