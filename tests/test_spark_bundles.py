@@ -216,11 +216,6 @@ def test_a_write_stages_each_tasks_rows_in_bundles(spark: SparkSession, tmp_path
         assert [m.body for m in q.peek(300)] == [b"row %d" % i for i in range(300)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: Message.visible_at parses a bundled message's receipt "
-    "(<held name>#<place>) as a name and fails an assertion (vsqs/_message.py)",
-)
 def test_consume_hands_process_the_messages_of_bundles(spark: SparkSession, tmp_path: Path) -> None:
     q = vsqs.Queue(tmp_path / "q")
     sent = q.send_batch([b"a", b"b", b"c"])
