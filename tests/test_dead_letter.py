@@ -257,7 +257,7 @@ def test_a_record_named_as_before_record_ids_is_read_ranked_oldest_and_removed(
     """``<id>.origin``, as code before record ids wrote it, is still a record:
     shown, and acked with its message; a record with a record id is newer."""
     with vsqs.Queue(tmp_path / "dlq", clock=clock) as dlq:
-        old, both = dlq.send_batch([b"old", b"both"])
+        old, both = dlq.send_batch([b"old", b"both"], bundle=False)  # records by message id
         before = vsqs.DeadLettered("/q", 1, now(clock))
         for message_id in (old, both):
             legacy = f"{message_id}{names.ORIGIN_SUFFIX}"
@@ -283,7 +283,7 @@ def test_a_received_dead_letter_whose_listed_record_is_gone_looks_for_its_own(
     dead-lettering wrote a new one. The record read is the message's own."""
     dlq_dir = tmp_path / "dlq"
     with vsqs.Queue(dlq_dir, clock=clock) as dlq:
-        first, poison = dlq.send_batch([b"first", b"poison"])
+        first, poison = dlq.send_batch([b"first", b"poison"], bundle=False)  # records by message id
         earlier = dlq_dir / names.origin_name(poison, names.IdGenerator().next_id(0))
         earlier.write_bytes(vsqs.DeadLettered("/q", 1, now(clock)).to_json())
         got = dlq.receive()  # lists both messages and the record

@@ -117,7 +117,7 @@ def test_a_child_forked_during_a_send_batch_sends_and_receives(tmp_path: Path) -
     store = vsqs.LocalStore(str(tmp_path / "q"))
     with vsqs.Queue(store) as q:
         with held_inside(store, "sync_files") as inside:  # a durable batch, staged
-            thread = in_a_thread(lambda: q.send_batch([b"parent 1", b"parent 2"]))
+            thread = in_a_thread(lambda: q.send_batch([b"parent 1", b"parent 2"], bundle=False))
             assert inside.wait(BOUND)
             in_a_child(lambda: round_trip(q))
         thread.join(BOUND)

@@ -85,6 +85,22 @@ def unpack(data: bytes) -> list[tuple[str, bytes]] | None:
     return out if pos == len(data) else None
 
 
+def with_sibling_ids(data: bytes) -> bytes:
+    """A bundle's bytes with every message under a sibling id (its FIFO
+    position, a fresh nonce: :func:`~vsqs._names.sibling_id`), for a second
+    copy of it that may meet the first: two copies never share a message id.
+    Bytes that are not a bundle come back as they are."""
+    entries = unpack(data)
+    if entries is None:
+        return data
+    return pack([(names.sibling_id(i), d) for i, d in entries])
+
+
+def ids_of(data: bytes) -> list[str]:
+    """The ids of a bundle's messages, in order (none if it is no bundle)."""
+    return [i for i, _ in unpack(data) or ()]
+
+
 def members(object_id: str, data: bytes) -> list[Member] | None:
     """The messages that the part ``object_id`` holds, in order; ``None`` if
     its bytes are not a bundle with every place its set names."""

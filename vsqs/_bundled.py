@@ -25,6 +25,7 @@ from . import _forks
 from . import _meter as meter
 from . import _names as names
 from ._bundle import members
+from ._dead_letter import remove_records
 from ._errors import InvalidReceipt, ReceiptExpired, storage_errors
 from ._message import DeadLettered, Message, Owner, hold
 from ._plans import Claim
@@ -191,6 +192,9 @@ class Parts:
                 self._moved(here.name, new, parsed.expiry_ms or 0)
             else:
                 self._deleted(here.name)
+                self._last_part_gone(
+                    parsed.id, [here.messages[p] for p in gone if p in here.messages]
+                )
             here.renamed(new or here.name, rest)
 
         with part.lock:
@@ -241,6 +245,23 @@ class Parts:
         with part.lock:
             stale = self._where_current(part, places, change)
         return out, stale
+
+    def _last_part_gone(self, part_id: str, acked: list[Message]) -> None:
+        """A dead letter's origin records are its bundle's: they go with the
+        ack of its last part (one listing of the bundle's names tells), as a
+        message alone's go with its ack; a failed delete leaves them to ``gc()``."""
+        records = tuple({r for message in acked for r in hold(message).origin})
+        if not records:
+            return
+        core = names.lineage(part_id)
+        with storage_errors(f"listing {self._url}"):
+            left = [
+                n
+                for n in self._store.list(prefix=core)
+                if (p := names.parse(n)) and p.state != names.NEW and names.lineage(p.id) == core
+            ]
+        if not left:
+            remove_records(self._store, records)
 
     @staticmethod
     def _apply(what: str, change: Callable[..., None], *args: str) -> None:

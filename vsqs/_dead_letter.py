@@ -34,6 +34,7 @@ from typing import Any, NamedTuple, Protocol
 
 from . import _meter as meter
 from . import _names as names
+from ._bundle import with_sibling_ids
 from ._errors import (
     InvalidArgument,
     InvalidQueueName,
@@ -144,7 +145,7 @@ def move_in(store: Store, durable: bool, moved: names.Name, body: bytes, origin:
             remove_records(store, (record,))
             if not here:
                 return False
-        message_id = names.sibling_id(moved.id) if here else moved.id
+        message_id, body = _another_copy(moved.id, body) if here else (moved.id, body)
         if not store.unique_names:
             if message_id != moved.id and origin.data:
                 write_origin(store, message_id, origin)
@@ -164,7 +165,7 @@ def move_in(store: Store, durable: bool, moved: names.Name, body: bytes, origin:
                 if message_id == moved.id and not origin.data:
                     remove_records(store, (record,))
                 return True
-            message_id = names.sibling_id(moved.id)
+            message_id, body = _another_copy(moved.id, body)
         raise StorageError(f"{moved.id}: could not publish it in {MOVE_ATTEMPTS} attempts")
 
 
@@ -172,6 +173,8 @@ def _copy_here(store: Store, message_id: str, record: str) -> bool | None:
     """What a move of ``message_id`` into ``store`` finds there, besides its
     own ``record``: ``False`` a copy nobody received, ``True`` a copy that
     was received or another move's record, ``None`` nothing."""
+    if names.is_bundle(message_id):
+        return _part_here(store, message_id, record)
     found: bool | None = None
     for name in store.names_of(message_id):
         here = names.parse(name)
@@ -180,6 +183,32 @@ def _copy_here(store: Store, message_id: str, record: str) -> bool | None:
                 return False
             found = True
         elif name != record and names.origin_id(name) == message_id:
+            found = True
+    return found
+
+
+def _another_copy(message_id: str, data: bytes) -> tuple[str, bytes]:
+    """A sibling id for a second copy of a message, and its bytes: a bundle's
+    messages under sibling ids too, so that two copies never share an id."""
+    return names.sibling_id(message_id), with_sibling_ids(data)
+
+
+def _part_here(store: Store, part_id: str, record: str) -> bool | None:
+    """:func:`_copy_here` for a part of a bundle: its copy may have been
+    split since, so every name of its bundle that holds one of its messages
+    counts (one listing of the bundle's names): ``False`` only for the very
+    part, unreceived."""
+    core, places = names.lineage(part_id), set(names.members_of(part_id))
+    found: bool | None = None
+    for name in store.list(prefix=core, settle=True):
+        here = names.parse(name)
+        if here is not None and here.state != names.NEW:
+            if names.lineage(here.id) != core or not places & set(names.members_of(here.id)):
+                continue
+            if here.id == part_id and not here.receive_count:
+                return False
+            found = True
+        elif name != record and (of := names.origin_id(name)) and names.lineage(of) == core:
             found = True
     return found
 

@@ -182,11 +182,18 @@ def settled(store: Store, now_ms: int) -> Iterator[Entry]:
     message per id, so an id is a message."""
     seen: set[str] = set()
     last = ""  # where keys are listed in order, those of one id are adjacent
+    places: dict[str, set[int]] = {}  # the messages of parts counted, by bundle
     for entry in entries(store, now_ms, settle=True):
         if entry.is_message:
             message_id = entry.parsed.id
             if message_id == last or message_id in seen:
                 continue
+            if names.is_bundle(message_id):  # a split's source on one page, targets on the next
+                counted = places.setdefault(names.lineage(message_id), set())
+                these = set(names.members_of(message_id))
+                if counted & these:
+                    continue
+                counted |= these
             if store.lists_in_order:
                 last = message_id
             else:

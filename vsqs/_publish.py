@@ -8,11 +8,11 @@ queue (dead letters, redrive), and by the Spark writer's commit.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 
 from . import _meter as meter
 from . import _names as names
-from ._bundle import bundle
+from ._bundle import bundle, ids_of, with_sibling_ids
 from ._config import ENV_BUNDLES, env_flag
 from ._envelope import NO_META
 from ._errors import StorageError, VsqsError, storage_errors
@@ -293,15 +293,31 @@ class Publisher:
         On an error, its ``sent`` lists the messages of the objects sent."""
         packed = bundle(items, lambda tag: names.tagged(self._clock.next_id(), tag))
         sent: list[str] = []
-        with telling_sent(sent):
+        with telling_sent(sent), self._shown_whole(len(packed) > 1):
             for item, ids in packed:
                 try:
-                    object_id = self._send_one(item, delay_ms)
+                    object_id, published = self._publish_one(item, delay_ms)
                 except OSError:
                     with storage_errors(f"sending a batch to {self._store.url} ({len(sent)} sent)"):
                         raise
-                sent.extend([object_id] if ids is None else ids)
+                sent.extend([object_id] if ids is None else ids_of(published))
         return sent
+
+    @contextmanager
+    def _shown_whole(self, several: bool) -> Iterator[None]:
+        """While several objects of a batch are published, receivers see none of
+        them until all are there (:meth:`Store.sending`, another floor if burned)."""
+        if not several:
+            yield
+            return
+        with ExitStack() as marked:
+            for _ in range(SEND_ATTEMPTS):
+                with suppress(FileExistsError):
+                    marked.enter_context(self._store.sending(self._clock.next_id()))
+                    break
+            else:
+                raise StorageError(f"could not mark a batch under {SEND_ATTEMPTS} fresh ids")
+            yield
 
     def _counted(
         self,
@@ -338,13 +354,23 @@ class Publisher:
         collision), or burned by a create whose outcome is unknown (it may
         land later: a send is at least once). A message with a deduplication
         id goes through its record (:mod:`vsqs._dedup`)."""
+        return self._publish_one(item, delay_ms)[0]
+
+    def _publish_one(self, item: Prepared, delay_ms: int) -> tuple[str, bytes]:
+        """:meth:`_send_one`, and the bytes published: a bundle sent again after
+        a burned name holds its messages under sibling ids, so that a late
+        landing of the first create is no second copy under their ids."""
         meta = item.meta
         tag = None if meta is NO_META and item.bundle is None else item.tag
         if meta.dedup_id is not None:
             message_id = names.tagged(self._clock.next_id(), tag)
-            return self._dedup(meta.dedup_id, message_id, item.data, delay_ms, self.publish_as)
+            sent = self._dedup(meta.dedup_id, message_id, item.data, delay_ms, self.publish_as)
+            return sent, item.data
         next_id = self._clock.next_id
-        for _ in range(SEND_ATTEMPTS):
+        data = item.data
+        for attempt in range(SEND_ATTEMPTS):
+            if attempt and item.bundle is not None:
+                data = with_sibling_ids(data)
             message_id = next_id() if tag is None else names.tagged(next_id(), tag)
             if delay_ms:
                 visible_at: int | None = self._clock.expiry_ms(delay_ms)
@@ -352,11 +378,9 @@ class Publisher:
             else:
                 visible_at, final = None, message_id
             try:
-                if publish(
-                    self._store, self._durable, message_id, item.data, final, replace_new=False
-                ):
+                if publish(self._store, self._durable, message_id, data, final, replace_new=False):
                     self._published(final, visible_at)
-                    return message_id
+                    return message_id, data
             except FileExistsError:
                 pass
         raise StorageError(f"could not publish a message under {SEND_ATTEMPTS} fresh ids")
