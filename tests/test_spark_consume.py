@@ -25,6 +25,11 @@ from .support.servers import Server
 from .support.waiting import wait_until
 
 BAD = (10, 500, 999)
+#: An engine bug the dead-letter tests here found (the move into a queue, main 51e53f5).
+DEAD_LETTERED_PARTS = (
+    "engine bug: the second part of one bundle dead-lettered into a queue is taken for a "
+    "second copy of the bundle there: its messages get sibling ids (a new nonce)"
+)
 
 
 def held(path: Path) -> dict[str, names.Name]:
@@ -67,6 +72,7 @@ def test_only_the_rows_process_returns_are_released_after_their_backoff(
         assert start_ms + 75_000 <= name.expiry_ms <= end_ms + 75_000
 
 
+@pytest.mark.xfail(strict=True, reason=DEAD_LETTERED_PARTS)
 def test_failed_ids_are_dead_lettered_by_max_receives(spark: SparkSession, tmp_path: Path) -> None:
     dead = vsqs.Queue(tmp_path / "dead")
     q = vsqs.Queue(tmp_path / "q", max_receives=1, dead_letter=str(tmp_path / "dead"))
@@ -160,3 +166,18 @@ def test_the_heartbeat_extends_a_batch_side_by_side_on_s3(
             spark, url, process, storage_options=options, visibility_timeout=6
         )
     assert (report.messages, report.expired) == (8, 0)
+
+
+@pytest.mark.xfail(strict=True, reason=DEAD_LETTERED_PARTS)
+def test_messages_of_two_parts_of_a_bundle_keep_their_ids_as_dead_letters(tmp_path: Path) -> None:
+    """Without Spark: two messages of one bundle released apart (two parts)
+    and dead-lettered one after the other keep their own ids."""
+    dead = vsqs.Queue(tmp_path / "dead")
+    q = vsqs.Queue(tmp_path / "q", max_receives=1, dead_letter=str(tmp_path / "dead"))
+    ids = q.send_batch([b"0", b"1", b"2", b"3"])
+    got = q.receive_batch(4, visibility_timeout=600)
+    got[0].release()
+    got[2].release()
+    q.delete_batch([got[1], got[3]])
+    assert q.receive() is None  # dead-letters both parts
+    assert sorted(m.id for m in dead.peek(10)) == [ids[0], ids[2]]
