@@ -27,7 +27,7 @@ from pyspark.sql import functions as F  # noqa: E402
 
 import vsqs.spark  # noqa: E402
 from vsqs.spark._options import Options  # noqa: E402
-from vsqs.spark._read import NamesPartition, _bodies, read_partition  # noqa: E402
+from vsqs.spark._read import NamesPartition, _messages, read_partition  # noqa: E402
 
 from .support.fault_proxy import FaultProxy, Gate  # noqa: E402
 from .support.servers import Server  # noqa: E402
@@ -80,7 +80,7 @@ def test_partitions_are_contiguous_slices_of_one_listing(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     with vsqs.Queue(tmp_path / "q") as q:
-        sent = q.send_batch([b"x"] * 100)
+        sent = q.send_batch([b"x"] * 100, bundle=False)
     df = spark.read.format("vsqs").option("numPartitions", "3").load(str(tmp_path / "q"))
     assert df.rdd.getNumPartitions() == 3
     parts = df.select("id", F.spark_partition_id().alias("p")).collect()
@@ -96,7 +96,7 @@ def test_a_message_that_moves_or_vanishes_after_the_listing(tmp_path: Path) -> N
     """The executor side on its own: names listed on the driver that were
     received meanwhile are read under their new name; deleted ones are skipped."""
     with vsqs.Queue(tmp_path / "q") as q:
-        sent = q.send_batch([b"a", b"b", b"c"])
+        sent = q.send_batch([b"a", b"b", b"c"], bundle=False)
         planned = NamesPartition(sorted(sent), int(time.time() * 1000))
         first = q.receive(visibility_timeout=600)
         second = q.receive(visibility_timeout=600)
@@ -113,16 +113,16 @@ def test_a_message_that_moves_or_vanishes_after_the_listing(tmp_path: Path) -> N
 
 def test_a_message_that_moves_again_after_the_new_listing_is_still_read(tmp_path: Path) -> None:
     with vsqs.Queue(tmp_path / "q") as q:
-        sent = q.send_batch([b"a", b"b"])
+        sent = q.send_batch([b"a", b"b"], bundle=False)
         store = vsqs.LocalStore(str(tmp_path / "q"))
         store.ensure(create=False)
-        reading = _bodies(store, sorted(sent))
+        reading = _messages(store, NamesPartition(sorted(sent), 0), bodies=True)
         assert q.receive(visibility_timeout=600) is not None  # a moves: the read lists again
-        parsed, body = next(reading)
-        assert (parsed.id, body, parsed.receive_count) == (sent[0], b"a", 1)
+        found = next(reading)
+        assert (found.id, found.data, found.name.receive_count) == (sent[0], b"a", 1)
         assert q.receive(visibility_timeout=600) is not None  # b moves after that listing
-        parsed, body = next(reading)
-        assert (parsed.id, body, parsed.receive_count) == (sent[1], b"b", 1)
+        found = next(reading)
+        assert (found.id, found.data, found.name.receive_count) == (sent[1], b"b", 1)
         assert next(reading, None) is None
 
 
@@ -276,7 +276,7 @@ def test_a_failed_batch_is_released_after_each_messages_backoff(
 ) -> None:
     """The delay of ``Queue.consume`` by receive count: 3/4 of 100 s doubled per receive."""
     q = vsqs.Queue(tmp_path / "q")
-    once, fresh = q.send_batch([b"received once before", b"fresh"])
+    once, fresh = q.send_batch([b"received once before", b"fresh"], bundle=False)
     before = q.receive()
     assert before is not None and before.id == once
     before.release()

@@ -190,7 +190,9 @@ def test_consume_releases_the_rows_behind_a_failed_one_of_its_group(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     q = vsqs.Queue(tmp_path / "q")
-    k0, k1, k2 = q.send_batch([b"k0", b"k1", b"k2"], group="k", attributes={"src": "test"})
+    k0, k1, k2 = q.send_batch(
+        [b"k0", b"k1", b"k2"], group="k", attributes={"src": "test"}, bundle=False
+    )
     j0 = q.send(b"j0", group="j")
     plain = q.send(b"plain")
     batches: list[dict[str, Seen]] = []

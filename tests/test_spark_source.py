@@ -133,8 +133,8 @@ def test_a_lost_tasks_staging_is_removed_by_the_commit_and_holds_no_stream_back(
     q = vsqs.Queue(queue)
     before = q.send_batch([b"before"] * 3)
     writer = a_writer(queue)
-    kill_a_task(writer, 50)
-    assert len(staged(queue)) == 50
+    kill_a_task(writer, 300)  # two bundles staged, the last 44 rows not yet
+    assert len(staged(queue)) == 2
     after = q.send_batch([b"after"] * 3)  # newer ids than the dead task's staging
     retried = writer.write(iter([Row(body=f"row {i}") for i in range(5)]))  # the retry
     writer.commit([retried])
@@ -152,7 +152,8 @@ def test_an_abort_removes_what_every_task_of_the_job_staged(tmp_path: Path) -> N
     queue = tmp_path / "q"
     vsqs.Queue(queue).close()
     writer = a_writer(queue)
-    kill_a_task(writer, 20)
+    kill_a_task(writer, 200)
+    assert len(staged(queue)) == 1
     done = writer.write(iter([Row(body="ok")]))
     other_job = a_writer(queue).write(iter([Row(body="another job's")]))
     writer.abort([done])
@@ -214,21 +215,27 @@ def test_staging_older_than_the_restamp_age_is_published_under_a_fresh_id(
     assert store.read(fresh) == b"staged long ago" and store.read(after) == b"staged just now"
 
 
+@pytest.mark.parametrize("bundle", ["true", "false"])
 def test_a_restamped_commit_that_fails_publishes_each_row_once_or_never_and_leaves_nothing(
-    s3_server: Server, monkeypatch: pytest.MonkeyPatch
+    s3_server: Server, monkeypatch: pytest.MonkeyPatch, bundle: str
 ) -> None:
     """The driver's commit of rows staged long ago (each restamped) fails at
     each of its requests in turn on S3, and Spark runs the abort: each row is
-    published once or not at all, and once the moves left half done are
-    repaired nothing of the job is left (a move of a ``.new`` to another id
-    left a marker that neither the abort nor gc accepted)."""
+    published once or not at all (a bundle: all its rows or none), and once
+    the moves left half done are repaired nothing of the job is left (a move
+    of a ``.new`` to another id left a marker that neither the abort nor gc
+    accepted)."""
     monkeypatch.setattr(_publish, "RESTAMP_AFTER", -1.0)  # every row was staged "long ago"
     rows = [f"row {i}" for i in range(3)]
     schema = StructType([StructField("body", StringType())])
 
     def failed_commit(fault_at: int | None) -> tuple[Options, FaultyIO]:
         options = Options.parse(
-            {"path": s3_server.url(), "storageOptions": json.dumps(s3_server.storage_options)},
+            {
+                "path": s3_server.url(),
+                "storageOptions": json.dumps(s3_server.storage_options),
+                "bundle": bundle,
+            },
             WRITE,
         )
         writer = QueueWriter(options, schema)
@@ -256,8 +263,10 @@ def test_a_restamped_commit_that_fails_publishes_each_row_once_or_never_and_leav
                 q.gc()
                 got = Counter(bytes(m.body).decode() for m in q.peek(10))
         assert set(got) <= set(rows) and max(got.values(), default=1) == 1, (fault_at, got)
+        objects = len(got) if bundle == "false" else len(got) // len(rows)
+        assert bundle == "false" or len(got) in (0, len(rows)), (fault_at, got)
         left = [n for n, _ in store.io.listing()]
-        assert len(left) == len(got) + 1 and names.CONFIG_NAME in left, (fault_at, left)
+        assert len(left) == objects + 1 and names.CONFIG_NAME in left, (fault_at, left)
 
 
 def test_a_failed_write_publishes_nothing_and_leaves_no_staging(
@@ -345,7 +354,7 @@ def test_a_task_reads_s3_bodies_side_by_side(spark: SparkSession, s3_server: Ser
     never happens if one task reads them one at a time."""
     url = s3_server.url()
     with vsqs.Queue(url, storage_options=s3_server.storage_options) as q:
-        sent = q.send_batch([f"s3 {i}".encode() for i in range(40)])
+        sent = q.send_batch([f"s3 {i}".encode() for i in range(40)], bundle=False)
     with FaultProxy(s3_server.storage_options["client_kwargs"]["endpoint_url"]) as proxy:
         gate = proxy.gate = Gate(body_get)
         df = (
@@ -365,9 +374,9 @@ def test_default_partitions_are_smaller_on_object_stores(
     monkeypatch.setattr(_read, "NAMES_PER_OBJECT_PARTITION", 10)
     url = s3_server.url()
     with vsqs.Queue(url, storage_options=s3_server.storage_options) as q:
-        q.send_batch([b"x"] * 30)
+        q.send_batch([b"x"] * 30, bundle=False)
     with vsqs.Queue(tmp_path / "q") as q:
-        q.send_batch([b"x"] * 30)
+        q.send_batch([b"x"] * 30, bundle=False)
     on_s3 = {"path": url, "storageOptions": json.dumps(s3_server.storage_options)}
     assert len(SnapshotReader(Options.parse(on_s3)).partitions()) == 3
     assert len(SnapshotReader(Options.parse({"path": str(tmp_path / "q")})).partitions()) == 1
@@ -377,7 +386,7 @@ def test_default_partitions_are_smaller_on_object_stores(
 def test_metadata_queries_read_no_bodies(spark: SparkSession, s3_server: Server) -> None:
     url = s3_server.url()
     with vsqs.Queue(url, storage_options=s3_server.storage_options) as q:
-        sent = q.send_batch([f"m{i}".encode() for i in range(20)])
+        sent = q.send_batch([f"m{i}".encode() for i in range(20)], bundle=False)
         held = sorted(m.id for m in q.receive_batch(5, visibility_timeout=600))
     with FaultProxy(s3_server.storage_options["client_kwargs"]["endpoint_url"]) as proxy:
 
@@ -485,5 +494,7 @@ def test_stream_progress_shows_the_backlog(spark: SparkSession, tmp_path: Path) 
         if progress["numInputRows"]:
             latest = progress["sources"][0]["latestOffset"]
             reported.append(json.loads(latest) if isinstance(latest, str) else latest)
-    assert [r["backlog"] for r in reported] == [3, 1, 0]
-    assert {r["id"] for r in reported} == {sent[-1]}
+    assert [r["backlog"] for r in reported] == [3, 1, 0]  # messages of one bundle
+    [part] = [n for n in listing(tmp_path / "q") if names.parse(n)]
+    assert names.members_of(part) == list(range(len(sent)))
+    assert {(r["id"], r["place"]) for r in reported} == {(part[: names.ID_LEN], len(sent) - 1)}

@@ -3,8 +3,10 @@
 Every column but ``body``, ``group`` and ``attributes`` is known from a
 message's name, so a pushed filter on ``id``, ``sent_at``, ``state``,
 ``receive_count`` or ``visible_at`` drops messages on the driver, before any
-body is read. Executors apply the same
-filters again to the name each message is read under (it may have moved
+body is read. A part of a bundle names its messages' state, not their ids
+(the bundle holds them), so the driver judges it by the columns its
+messages share and keeps it for the others. Executors apply every filter
+again to each message, under the name it is read under (it may have moved
 since the listing), so every row returned satisfies them: Spark need not.
 """
 
@@ -46,12 +48,13 @@ _COMPARE: dict[type[Filter], str] = {
 COLUMNS = ("id", "sent_at", "state", "receive_count", "visible_at")
 
 
-def values(parsed: names.Name, now_ms: int) -> dict[str, Any]:
-    """The columns of a message that its name gives (timestamps in µs since 1970)."""
-    sent = names.id_ms(parsed.id)
+def values(parsed: names.Name, now_ms: int, message_id: str) -> dict[str, Any]:
+    """The columns of message ``message_id`` under the name ``parsed`` (its
+    own, or its part's) that the name and the id give (timestamps in µs since 1970)."""
+    sent = names.id_ms(message_id)
     expiry = sent if parsed.expiry_ms is None else parsed.expiry_ms
     return {
-        "id": parsed.id,
+        "id": message_id,
         "sent_at": sent * 1000,
         "state": names.visibility(parsed, now_ms),
         "receive_count": parsed.receive_count,
@@ -136,8 +139,23 @@ class NameFilter:
                 self.tests.append(test)
 
     def accepts(self, parsed: names.Name, now_ms: int) -> bool:
-        """Whether a message under this name, at ``now_ms``, passes every filter."""
+        """Whether a listed name, at ``now_ms``, may hold a message that passes
+        every filter: a message alone must pass them all; a part of a bundle
+        those on the columns its name gives every message of it (``state``,
+        ``receive_count``, and ``visible_at`` once it has an expiry), since
+        ``id`` and ``sent_at`` are each message's own."""
         if not self.tests:
             return True
-        row = values(parsed, now_ms)
+        row = values(parsed, now_ms, parsed.id)
+        shared = COLUMNS
+        if names.is_bundle(parsed.id):
+            shared = (
+                "state",
+                "receive_count",
+                *(("visible_at",) if parsed.expiry_ms is not None else ()),
+            )
+        return all(test.passes(row[test.column]) for test in self.tests if test.column in shared)
+
+    def passes(self, row: dict[str, Any]) -> bool:
+        """Whether a message's row (its :func:`values`) passes every filter."""
         return all(test.passes(row[test.column]) for test in self.tests)

@@ -38,6 +38,7 @@ KNOWN: dict[str, tuple[str, ...]] = {
     "delay": (WRITE,),
     "durable": (WRITE,),
     "unsafeClaims": (WRITE,),
+    "bundle": (WRITE,),
 }
 _SPELLING = {name.lower(): name for name in KNOWN}
 #: ``fs.<key>`` options: one storage option each.
@@ -87,6 +88,8 @@ class Options:
     durable: bool = True
     #: Write to a store that cannot make claims exclusive (``unsafeClaims``).
     unsafe_claims: bool = False
+    #: Write each task's rows in bundles on queues of format 4 (``bundle``).
+    bundle: bool = True
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *uses: str) -> Options:
@@ -115,6 +118,7 @@ class Options:
             delay=_seconds(options, "delay", 0.0),
             durable=_flag(options, "durable", True),
             unsafe_claims=_flag(options, "unsafeClaims", False),
+            bundle=_flag(options, "bundle", True),
         )
 
 

@@ -1,14 +1,19 @@
 """Listing on the driver and reading in the executors, shared by the batch
 and streaming readers.
 
-The driver lists once and cuts the sorted names into contiguous partitions;
-executors read the files through the queue's store (fsspec for URLs), never
-rename or delete anything. A task reads the bodies of its messages
-``Store.batch_width`` at a time (one after another on a local disk; side by
-side on object stores, where each read is a round trip). A message renamed
-between listing and reading (received, extended, released) is read under its
-new name; one deleted meanwhile is skipped. Without ``includeBody`` nothing is
-read: the rows are the listing's names.
+The driver lists once and cuts the sorted names into contiguous partitions
+of about as many messages each; executors read the files through the
+queue's store (fsspec for URLs), never rename or delete anything. A task
+reads its objects ``Store.batch_width`` at a time (one after another on a
+local disk; side by side on object stores, where each read is a round trip).
+
+A row is a message: a part of a bundle (format 4) gives one row per message
+it holds, under that message's own id, in the state its part's name gives.
+A message renamed between listing and reading (received, extended,
+released; for a bundled one, its part renamed or split) is read under its
+new name; one deleted meanwhile is skipped. Without ``includeBody`` only
+parts of bundles are read (their bytes name their messages' ids): the rows
+of messages alone are the listing's names.
 
 A message stored as an envelope (format 3: one with a group or attributes)
 is unsealed: ``body`` is the body that was sent, ``group`` its group (null
@@ -18,8 +23,9 @@ without one) and ``attributes`` its attributes (an empty map without).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import (
@@ -33,6 +39,7 @@ from pyspark.sql.types import (
 )
 
 from .. import _names as names
+from .._bundle import members as bundle_members
 from .._envelope import unseal
 from .._errors import QueueNotFound
 from .._fanout import fan_out
@@ -79,11 +86,21 @@ def columns(options: Options) -> StructType:
 
 
 class NamesPartition(InputPartition):
-    """Contiguous message names of one listing; states are judged at ``now_ms``."""
+    """Contiguous names of one listing; states are judged at ``now_ms``.
+    ``places`` names the messages wanted of a part of a bundle whose
+    messages are not all wanted (a micro-batch that ends inside it); of the
+    other names, every message is."""
 
-    def __init__(self, names: list[str], now_ms: int) -> None:
+    def __init__(
+        self, names: list[str], now_ms: int, places: dict[str, tuple[int, ...]] | None = None
+    ) -> None:
         super().__init__(None)
         self.names, self.now_ms = names, now_ms
+        self.places = places or {}
+
+    def wanted(self, name: str, parsed: names.Name) -> tuple[int, ...]:
+        """The places of the messages wanted of the object listed as ``name``."""
+        return self.places.get(name) or tuple(names.members_of(parsed.id))
 
 
 def open_existing(options: Options) -> Store:
@@ -108,15 +125,34 @@ def names_per_partition(store: Store) -> int:
     return NAMES_PER_PARTITION if store.batch_width == 1 else NAMES_PER_OBJECT_PARTITION
 
 
-def split(found: list[str], now_ms: int, wanted: int | None, size: int) -> list[NamesPartition]:
+def split(
+    found: list[str],
+    now_ms: int,
+    wanted: int | None,
+    size: int,
+    places: dict[str, tuple[int, ...]] | None = None,
+) -> list[NamesPartition]:
     """Cut sorted names into ``wanted`` contiguous partitions (default: of
-    about ``size`` names each); none for no names."""
+    about ``size`` messages each), weighing each name by its messages (all
+    of a part, or those ``places`` names); none for no names."""
     if not found:
         return []
-    count = wanted or min(MAX_DEFAULT_PARTITIONS, math.ceil(len(found) / size))
-    count = min(count, len(found))
-    step = math.ceil(len(found) / count)
-    return [NamesPartition(found[i : i + step], now_ms) for i in range(0, len(found), step)]
+    places = places or {}
+    weights = [
+        len(places[n]) if n in places else names.message_count(names.id_of(n)) for n in found
+    ]
+    total = sum(weights)
+    count = min(wanted or min(MAX_DEFAULT_PARTITIONS, math.ceil(total / size)), len(found))
+    step = math.ceil(total / count)
+    out: list[NamesPartition] = []
+    start = done = 0
+    for end, weight in enumerate(weights, 1):
+        done += weight
+        if done >= step * (len(out) + 1) or end == len(found):
+            chunk = found[start:end]
+            out.append(NamesPartition(chunk, now_ms, {n: places[n] for n in chunk if n in places}))
+            start = end
+    return out
 
 
 def read_partition(
@@ -146,23 +182,25 @@ def read_partition(
 
     if not partition.names:
         return
-    store = open_existing(options) if options.include_body else None
+    bundled = any(names.is_bundle(names.id_of(n)) for n in partition.names)
+    store = open_existing(options) if options.include_body or bundled else None
     try:
-        found: Iterable[tuple[names.Name, bytes | None]]
-        if store is None:
-            found = ((_parse(name), None) for name in partition.names)
+        messages: Iterator[Found]
+        if store is None:  # messages alone, without bodies: the listing's names
+            messages = (Found(p, p.id, None) for p in map(_parse, partition.names))
         else:
-            found = _bodies(store, partition.names)
+            messages = _messages(store, partition, options.include_body)
         rows: list[dict[str, Any]] = []
         size = 0
-        for parsed, body in found:
-            if keep is not None and not keep.accepts(parsed, partition.now_ms):
+        for found in messages:
+            row = values(found.name, max(partition.now_ms, found.listed_ms), found.id)
+            if keep is not None and not keep.passes(row):
                 continue  # moved since the listing to where a pushed filter excludes it
-            row = values(parsed, partition.now_ms)
-            if body is not None:
-                row["body"], meta = unseal(parsed.id, body)
+            if options.include_body:
+                assert found.data is not None
+                row["body"], meta = unseal(found.id, found.data)
                 row["group"], row["attributes"] = meta.group, list(meta.attributes.items())
-                size += len(body)
+                size += len(found.data)
             rows.append(row)
             if len(rows) >= BATCH_ROWS or size >= BATCH_BYTES:
                 yield batch(rows)
@@ -174,34 +212,105 @@ def read_partition(
             store.close()
 
 
+class Found(NamedTuple):
+    """A message read: the name it is under (its own, or its part's), its own
+    id, its object (``None`` when not read), and for a name found after the
+    driver's listing, when that name was listed (its state is judged then
+    at the earliest: a split's rest may be younger than the driver's listing)."""
+
+    name: names.Name
+    id: str
+    data: bytes | None
+    listed_ms: int = 0
+
+
 def _parse(name: str) -> names.Name:
     parsed = names.parse(name)
     assert parsed is not None, "the driver plans message names only"
     return parsed
 
 
-def _bodies(store: Store, wanted: list[str]) -> Iterator[tuple[names.Name, bytes]]:
-    """Read each (message) name, ``store.batch_width`` at a time. One that
-    moved is looked up by id in a new listing, made once for the partition
-    and again if it moved once more since; one no listing shows any more was
-    deleted and is skipped."""
-    current: dict[str, str] | None = None
+def _messages(store: Store, partition: NamesPartition, bodies: bool) -> Iterator[Found]:
+    """The wanted messages of each name of ``partition``, in order. Objects
+    are read ``store.batch_width`` at a time: every one with ``bodies``,
+    else only parts of bundles (which name their messages' ids); a message
+    alone unread is its listed name. An object that moved since the listing
+    is looked up by its core (:class:`_Lookup`)."""
+    lookup = _Lookup(store)
     width = store.batch_width
-    for start in range(0, len(wanted), width):
-        chunk = wanted[start : start + width]
-        read = fan_out(lambda name: _read(store, name), chunk, width)
-        for name, outcome in zip(chunk, read, strict=True):
-            parsed, body = _parse(name), outcome.result()
-            for fresh in (False, True):
-                if body is not None:
-                    break
-                if current is None or fresh:
-                    current = _names_by_id(store)
-                if (moved := current.get(parsed.id)) is None:
-                    break  # deleted since the listing
-                parsed, body = names.parse(moved) or parsed, _read(store, moved)
-            if body is not None:
-                yield parsed, body
+    for start in range(0, len(partition.names), width):
+        chunk = partition.names[start : start + width]
+        wanted = [n for n in chunk if bodies or names.is_bundle(names.id_of(n))]
+        read = dict(zip(wanted, fan_out(lambda n: _read(store, n), wanted, width), strict=True))
+        for name in chunk:
+            parsed = _parse(name)
+            places = partition.wanted(name, parsed)
+            if name not in read:
+                yield Found(parsed, parsed.id, None)
+                continue
+            data = read[name].result()
+            if data is not None:
+                yield from _members([parsed], data, places)
+            else:
+                yield from _members(*lookup.find(parsed.id, places), places, lookup.listed_ms)
+
+
+def _members(
+    holders: list[names.Name], data: bytes, places: tuple[int, ...], listed_ms: int = 0
+) -> Iterator[Found]:
+    """The messages at ``places`` of the objects ``holders`` (the names, as
+    they are now, of one message, or of parts of one bundle, which all hold
+    ``data``), in place order. Bytes that are not a bundle are one message:
+    the object whole, under the part's id (once, for its first place)."""
+    found: list[tuple[int, Found]] = []
+    for holder in holders:
+        members = bundle_members(holder.id, data) if names.is_bundle(holder.id) else None
+        if members is None:
+            first = names.members_of(holder.id)[0]
+            if first in places:
+                found.append((first, Found(holder, holder.id, data, listed_ms)))
+            continue
+        found.extend(
+            (m.place, Found(holder, m.id, m.data, listed_ms)) for m in members if m.place in places
+        )
+    found.sort(key=lambda item: item[0])
+    yield from (f for _, f in found)
+
+
+class _Lookup:
+    """Finds what became of an object that moved since the driver's listing:
+    by its core (the first :data:`names.ID_LEN` characters of its id, which
+    every name of a message, and every part of a bundle, keeps) in a listing
+    made once for the partition, and again if a name found there moved once
+    more since. A message or place no listing shows any more was deleted."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.current: dict[str, list[str]] | None = None
+        self.listed_ms = 0  # when the current listing was made
+
+    def find(self, object_id: str, places: tuple[int, ...]) -> tuple[list[names.Name], bytes]:
+        """The names that now hold the messages at ``places`` of ``object_id``,
+        and their bytes (no names if none is left)."""
+        core, wanted = object_id[: names.ID_LEN], set(places)
+        holders: list[names.Name] = []
+        data = b""
+        for fresh in (False, True):
+            if self.current is None or fresh:
+                self.listed_ms = int(time.time() * 1000)
+                self.current = _names_by_core(self.store)
+            holders, data, moved = [], b"", False
+            for name in self.current.get(core, []):
+                parsed = _parse(name)
+                if wanted.intersection(names.members_of(parsed.id)):
+                    got = _read(self.store, name)
+                    moved = moved or got is None  # since this listing: list once more
+                    if got is not None:
+                        holders.append(parsed)
+                        data = got
+            if not moved:
+                break
+        return holders, data
 
 
 def _read(store: Store, name: str) -> bytes | None:
@@ -211,5 +320,9 @@ def _read(store: Store, name: str) -> bytes | None:
         return None
 
 
-def _names_by_id(store: Store) -> dict[str, str]:
-    return {e.parsed.id: e.name for e in entries(store, 0) if e.is_message}
+def _names_by_core(store: Store) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for e in entries(store, 0):
+        if e.is_message:
+            found.setdefault(e.parsed.id[: names.ID_LEN], []).append(e.name)
+    return found

@@ -2,9 +2,13 @@
 
 The stream does not receive or delete anything: it is a tail of the queue,
 read alongside its consumers. Every message has a *ready key*
-``(ready_ms, id)``: the ms at which it became visible (its send time from the
-id, or the end of its delay for a delayed send) and its id. The offset is the
-last key delivered; each micro-batch yields the messages whose keys follow it.
+``(ready_ms, id, place)``: the ms at which it became visible (its send time,
+or the end of its delay for a delayed send), the id of its object without
+its tag (the object's *core*) and its place in it (0 for a message alone;
+its place in its bundle for a bundled one). A split of a part keeps the
+core and the places, so every message keeps its key whichever part holds
+it. The offset is the last key delivered; each micro-batch yields the
+messages whose keys follow it, so a micro-batch may end inside a part.
 
 Keys must not land behind an offset already delivered, or their messages
 would be skipped for good. Two rules keep late messages in:
@@ -54,24 +58,37 @@ from ._read import (
 if TYPE_CHECKING:
     import pyarrow
 
-Key = tuple[int, str]
-EARLIEST: Key = (-1, "")
+Key = tuple[int, str, int]
+EARLIEST: Key = (-1, "", 0)
 
 
-def ready_key(parsed: names.Name) -> Key:
-    """When a message became visible, and its id: the order of the stream."""
-    if parsed.state == names.INVISIBLE and parsed.receive_count == 0:
+def ready_keys(parsed: names.Name) -> list[Key]:
+    """The keys of the messages of an object (one, or those of a part), in
+    order: when each became visible, its object's core and its place.
+
+    A delayed send (never received, with an expiry) became visible at its
+    expiry; every other message at its send time. A part that lacks the first
+    message of its bundle was left by a receive of the ones before it (a
+    split keeps the receive count 0), so it is no delayed send: its messages
+    keep the key they had before the split (if its bundle was sent delayed,
+    that key was its expiry, and they then count as received: see the docs)."""
+    ready_ms = names.id_ms(parsed.id)
+    places = names.members_of(parsed.id)
+    if parsed.state == names.INVISIBLE and parsed.receive_count == 0 and places[0] == 0:
         assert parsed.expiry_ms is not None
-        return parsed.expiry_ms, parsed.id  # a delayed send
-    return names.id_ms(parsed.id), parsed.id
+        ready_ms = parsed.expiry_ms  # a delayed send
+    core = parsed.id[: names.ID_LEN]
+    return [(ready_ms, core, place) for place in places]
 
 
 def _offset(key: Key) -> dict[str, Any]:
-    return {"ready_ms": key[0], "id": key[1]}
+    return {"ready_ms": key[0], "id": key[1], "place": key[2]}
 
 
 def _key(offset: dict[str, Any]) -> Key:
-    return int(offset["ready_ms"]), str(offset["id"])
+    """An offset's key; one written before bundles has no place, and its
+    ``id`` may be tagged: it sorts right after the message's key."""
+    return int(offset["ready_ms"]), str(offset["id"]), int(offset.get("place", 0))
 
 
 class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -92,21 +109,25 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         held_from = stale_new_before(now_ms, staging_hold_ms())  # older staging holds nothing
         store = open_existing(self.options)
         try:
-            found, pending = [], None
+            found: list[tuple[Key, str]] = []
+            pending: Key | None = None
             for entry in entries(store, now_ms):
                 parsed = entry.parsed
                 if not entry.is_message:  # a send under way holds back what is newer
-                    key = (names.id_ms(parsed.id), parsed.id)
+                    key = (names.id_ms(parsed.id), parsed.id[: names.ID_LEN], 0)
                     if entry.name >= held_from and (pending is None or key < pending):
                         pending = key
                     continue
-                key = ready_key(parsed)
-                if key[0] <= horizon:
-                    found.append((key, entry.name))
+                keys = ready_keys(parsed)
+                if keys[0][0] <= horizon:
+                    found.extend((key, entry.name) for key in keys)
             self._size = names_per_partition(store)
         finally:
             store.close()
         found.sort()
+        # A listing shows each message under one name; should one race a
+        # split and show it twice, it is offered once (under either name).
+        found = [entry for i, entry in enumerate(found) if i == 0 or entry[0] != found[i - 1][0]]
         if pending is not None:
             found = [entry for entry in found if entry[0] < pending]
         self._listed = found
@@ -152,9 +173,17 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         listed = self._listed
         if not listed or listed[-1][0] < high:  # a restart re-plans a logged batch
             listed = self._list()
-        wanted = [name for key, name in listed if low < key <= high]
+        wanted: dict[str, list[int]] = {}  # name: places, in key order
+        for key, name in listed:
+            if low < key <= high:
+                wanted.setdefault(name, []).append(key[2])
+        some = {  # the parts of which a micro-batch takes some messages only
+            name: tuple(places)
+            for name, places in wanted.items()
+            if len(places) < names.message_count(names.id_of(name))
+        }
         now_ms = int(time.time() * 1000)
-        return list(split(wanted, now_ms, self.options.num_partitions, self._size))
+        return list(split(list(wanted), now_ms, self.options.num_partitions, self._size, some))
 
     def read(self, partition: InputPartition) -> Iterator[pyarrow.RecordBatch]:
         assert isinstance(partition, NamesPartition)

@@ -1,12 +1,16 @@
 """``df.write.format("vsqs").mode("append").save(url)``: one message per row.
 
-Tasks stage each row as ``<id>.new`` (invisible to receivers) and report the
-ids; the driver's commit renames every staged name to its final name once
-all tasks succeeded, so a failed job publishes nothing. Every id a job's
-tasks stage ends in the job's nonce (:func:`job_nonce`), so the driver finds
-what the job staged in a listing, including what a lost executor's task
-staged and never reported: the commit removes those leftovers after
-publishing, and an abort removes everything the job staged. A failed task
+Tasks stage their rows as ``<id>.new`` (invisible to receivers): on queues
+of format 4, in bundles of up to 128 consecutive rows of one group (or of
+none) and 1 MiB, one staged object each (:func:`vsqs._bundle.bundle`; rows
+with a deduplication id, and every row with the option ``bundle`` false,
+one object each). They report the staged ids; the driver's commit renames
+every staged name to its final name once all tasks succeeded, so a failed
+job publishes nothing. Every id a job's tasks stage ends in the job's nonce
+(:func:`job_nonce`), so the driver finds what the job staged in a listing,
+including what a lost executor's task staged and never reported: the commit
+removes those leftovers after publishing, and an abort removes everything
+the job staged. A failed task
 removes what it staged itself; a row whose body is larger than the queue's
 ``max_message_size`` fails its task (:class:`~vsqs.MessageTooLarge`). What
 a dead driver leaves is removed by the queue's garbage collection after its
@@ -36,12 +40,13 @@ from pyspark.sql.datasource import DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, DataType, MapType, StringType, StructType
 
 from .. import _names as names
+from .._bundle import bundle
 from .._config import QueueConfig
 from .._dedup import Claim, Deduplicator
 from .._errors import InvalidArgument, InvalidBody
 from .._fanout import fan_out
 from .._inspect import collect_stale_new
-from .._outgoing import Outgoing, prepare
+from .._outgoing import Outgoing, Prepared, prepare
 from .._publish import commit, publish_as, stage, staged_by, unstage
 from .._queue import Queue
 from ..stores._base import Store
@@ -132,6 +137,8 @@ class QueueWriter(DataSourceWriter):
             unsafe_claims=options.unsafe_claims,
         ) as queue:
             self.config: QueueConfig = queue.config
+        #: Whether tasks stage their rows in bundles.
+        self.bundles = options.bundle and self.config.format >= names.BUNDLES_FORMAT
 
     def _outgoing(self, row: Row) -> Outgoing:
         """A row as a message; :class:`InvalidBody` for a null body."""
@@ -143,17 +150,39 @@ class QueueWriter(DataSourceWriter):
 
     def write(self, iterator: Iterator[Row]) -> Staged:
         """Stage every row (checked as a send checks it: receivers would pass
-        over a body larger than ``max_message_size``)."""
+        over a body larger than ``max_message_size``), in bundles if
+        :attr:`bundles`: the rows without a deduplication id are gathered
+        until a bundle's worth (:data:`names.MAX_BUNDLE` rows or
+        :data:`names.BUNDLE_BYTES`), or a row with one, and staged in order."""
         store = open_existing(self.options)
         staged: list[str] = []
         dedup_ids: dict[str, str] = {}
         next_id = _task_ids(store, self.job).__next__
+        gathered: list[Prepared] = []
+
+        def put(item: Prepared) -> None:
+            staged.append(stage(store, item.data, partial(_tagged, next_id, item.tag)))
+
+        def flush() -> None:
+            for packed in bundle(gathered, partial(_tagged, next_id)):
+                put(packed.item)
+            gathered.clear()
+
         try:
             for row in iterator:
                 (item,) = prepare([self._outgoing(row)], self.config)
-                staged.append(stage(store, item.data, partial(_tagged, next_id, item.meta.tag)))
+                if self.bundles and item.meta.dedup_id is None:
+                    gathered.append(item)
+                    if len(gathered) == names.MAX_BUNDLE or (
+                        sum(len(i.data) for i in gathered) >= names.BUNDLE_BYTES
+                    ):
+                        flush()
+                    continue
+                flush()
+                put(item)
                 if item.meta.dedup_id is not None:
                     dedup_ids[staged[-1]] = item.meta.dedup_id
+            flush()
             if self.options.durable:
                 store.sync_files(names.new_name(i) for i in staged)
             return Staged(staged, dedup_ids)
