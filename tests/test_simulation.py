@@ -420,21 +420,36 @@ BUNDLE_BUGS: dict[str, tuple[Callable[[int], Plan], int, str]] = {
     # ways. Into the dead-letter queue: a redrive (its claim of the part
     # there held for 300 s) published M in the source and its process died
     # before its ack there; M, dead-lettered again, meets the part (the
-    # drain receives M twice there). Also slow-dead-letters 100046, 100076.
+    # drain receives M twice there). Also slow-dead-letters 100046, 100076,
+    # crossing-moves 100021.
     "a-move-of-a-message-alone-misses-its-copy-in-a-part-there": (
         BUNDLE_PLANS["bundles"],
         100005,
         r"two copies under one id: \S+ created in dlq",
     ),
-    # The same into the source: c5 dead-lettered a held part (b0560) and
+    # The first bug into the source: c5 dead-lettered a held part (b0560) and
     # died before it removed the part from the source; a redrive of the
     # dead-letter queue's copy published its messages alone there, beside
     # the part, under their ids. Also bundles-crashes 100286,
-    # slow-dead-letters 100025, 100043, spark-writes 100011.
+    # slow-dead-letters 100025, 100043, spark-writes 100011, crossing-moves
+    # 100088, the default plan's 100144.
     "a-redrive-publishes-a-message-alone-beside-its-part-in-the-source": (
         BUNDLE_PLANS["bundles-crashes"],
         100244,
         r"two copies under one id: \S+ created in src",
+    ),
+    # The converse: a move of a part finds no message alone of its bundle
+    # there (``_part_here`` lists the bundle's names, not its messages'
+    # ids). In crossing-moves 100088, c4 dead-lettered a held part (b001)
+    # and died before removing it from the source; a redrive published its
+    # message M alone in the source beside it (the bug above, at 21.889).
+    # The final drain dead-letters both: M alone, then the part, whose move
+    # finds no name of its bundle in the dead-letter queue and publishes it
+    # under its own id (M's too) beside M.
+    "a-move-of-a-part-misses-its-message-alone-there": (
+        FAULT_PLANS["crossing-moves"],
+        100088,
+        r"two copies under one id: \S+ created in dlq as \S+_b",
     ),
     # The same beside a part on its way out of the source (its removal
     # committed: a marker with no target, which the oracle's one-copy check
