@@ -208,16 +208,20 @@ PLANS = {**CLOCK_PLANS, **FAULT_PLANS, **FEATURE_PLANS, **BUNDLE_PLANS}
 _UNTIL_FIXED = pytest.mark.xfail(reason="known limits of groups and deduplication (groups.md)")
 
 
-#: Why issue 32's plans fail: the engine bugs of bundles (``BUNDLE_BUGS``),
-#: found on most of their seeds.
-_BUNDLE_BUGS_UNFIXED = pytest.mark.xfail(reason="engine bugs of bundles (BUNDLE_BUGS)")
+#: Plans whose sweep (from ``FIRST_SEED``) meets an engine bug of
+#: ``BUNDLE_BUGS`` (at the seed named), and the bug.
+_BUNDLE_BUGS_SHOWN = {
+    "bundles": "a-move-of-a-message-alone-misses-its-copy-in-a-part-there",  # 100005
+    "spark-writes": "a-redrive-publishes-a-message-alone-beside-its-part-in-the-source",  # 100011
+}
 
 
 def _marked(plan: str) -> Any:
     if plan in FEATURE_PLANS:
         return pytest.param(plan, marks=_UNTIL_FIXED)
-    if plan in BUNDLE_PLANS:
-        return pytest.param(plan, marks=_BUNDLE_BUGS_UNFIXED)
+    if plan in _BUNDLE_BUGS_SHOWN:
+        reason = f"engine bug of bundles: {_BUNDLE_BUGS_SHOWN[plan]} (BUNDLE_BUGS)"
+        return pytest.param(plan, marks=pytest.mark.xfail(reason=reason))
     return plan
 
 
@@ -398,14 +402,94 @@ def test_engine_bugs_of_issue_29(bug: str) -> None:
     _shows_none(FEATURE_PLANS[plan](seed), words)
 
 
-#: Engine bugs the simulation found in issue 32's bundles (db7a67f, 0ef3e64; still in a864c26):
+#: Engine bugs the simulation found in issue 32's bundles (still in 51e53f5):
 #: the plan and seed that show each, and the oracle's words for it (a pattern
 #: that a violation matches from its start). Each test fails until its bug
-#: is fixed (strict xfail then reports its pass). Replay with
-#: ``python -m tests.sim SEED`` (the default plan: its batches of 2 or 3 are
-#: bundles) or ``--bundles 0.5 --batch-acks 0.3 --groups 0.5`` for
-#: ``bundles-groups``; ``--trace`` prints the schedule.
+#: is fixed (strict xfail then reports its pass: move it to
+#: ``BUNDLE_FIXED``). Replay with ``python -m tests.sim SEED`` (the default
+#: plan: its batches of 2 or 3 are bundles), ``--bundles 0.5 --batch-acks
+#: 0.3`` for ``bundles`` (``--groups 0.5`` for ``bundles-groups``);
+#: ``--trace`` prints the schedule.
 BUNDLE_BUGS: dict[str, tuple[Callable[[int], Plan], int, str]] = {
+    # A move into a queue of a message alone that a part of a bundle there
+    # holds: the move's "is a copy here?" (``_dead_letter._copy_here``, a
+    # listing of ``names_of(M)``) finds no name of the message's id M (a
+    # part's id is its bundle's), so it publishes M under its own id beside
+    # the part, not under a sibling id: two copies under one id. A redrive
+    # publishes a bundled dead letter's messages alone, so it happens both
+    # ways. Into the dead-letter queue: a redrive (its claim of the part
+    # there held for 300 s) published M in the source and its process died
+    # before its ack there; M, dead-lettered again, meets the part (the
+    # drain receives M twice there). Also slow-dead-letters 100046, 100076,
+    # crossing-moves 100021.
+    "a-move-of-a-message-alone-misses-its-copy-in-a-part-there": (
+        BUNDLE_PLANS["bundles"],
+        100005,
+        r"two copies under one id: \S+ created in dlq",
+    ),
+    # The first bug into the source: c5 dead-lettered a held part (b0560) and
+    # died before it removed the part from the source; a redrive of the
+    # dead-letter queue's copy published its messages alone there, beside
+    # the part, under their ids. Also bundles-crashes 100286,
+    # slow-dead-letters 100025, 100043, spark-writes 100011, crossing-moves
+    # 100088, the default plan's 100144.
+    "a-redrive-publishes-a-message-alone-beside-its-part-in-the-source": (
+        BUNDLE_PLANS["bundles-crashes"],
+        100244,
+        r"two copies under one id: \S+ created in src",
+    ),
+    # The converse: a move of a part finds no message alone of its bundle
+    # there (``_part_here`` lists the bundle's names, not its messages'
+    # ids). In crossing-moves 100088, c4 dead-lettered a held part (b001)
+    # and died before removing it from the source; a redrive published its
+    # message M alone in the source beside it (the bug above, at 21.889).
+    # The final drain dead-letters both: M alone, then the part, whose move
+    # finds no name of its bundle in the dead-letter queue and publishes it
+    # under its own id (M's too) beside M.
+    "a-move-of-a-part-misses-its-message-alone-there": (
+        FAULT_PLANS["crossing-moves"],
+        100088,
+        r"two copies under one id: \S+ created in dlq as \S+_b",
+    ),
+    # The same beside a part on its way out of the source (its removal
+    # committed: a marker with no target, which the oracle's one-copy check
+    # lets pass): a dead-lettering published the part in the dead-letter
+    # queue and marked the source's removal; a redrive published M alone in
+    # the source before that removal finished, under M's id. A stats()
+    # between the two (a settled listing counts an id once, a part's
+    # messages once per bundle) counts M twice.
+    "a-message-alone-redriven-beside-its-part-is-counted-twice": (
+        BUNDLE_PLANS["bundles"],
+        100121,
+        r"stats counted twice: .* in src",
+    ),
+}
+
+
+@pytest.mark.parametrize("bug", _pinned(BUNDLE_BUGS))
+def test_engine_bugs_of_issue_32(bug: str) -> None:
+    plan, seed, words = BUNDLE_BUGS[bug]
+    _shows_none(plan(seed), words)
+
+
+#: Engine bugs of bundles found by the simulation and fixed since (a864c26,
+#: 51e53f5), each at the seed that showed it, as ``BUNDLE_BUGS``: it must not
+#: show again.
+BUNDLE_FIXED: dict[str, tuple[Callable[[int], Plan], int, str]] = {
+    # ``Parts.ack``/``Parts.move`` change a part inside ``storage_errors``,
+    # which turns the ``FileNotFoundError`` of a name gone into
+    # ``StorageError``: ``_where_current`` never looks for the names that hold
+    # the messages now. c2 extended message 1 of its part by bare receipt
+    # (a split; its ``Message`` of message 2 kept the old receipt), then
+    # acked message 2: ``StorageError``, not the ack (also a stale receipt
+    # raises ``StorageError``, not ``ReceiptExpired``; the drain's own acks
+    # fail so: bundles seed 32).
+    "a-part-name-gone-fails-the-settle-with-storage-error": (Plan, 4, "ack failed for nothing"),
+    # A dead-letter queue's part split by a receive of part of it (or a
+    # settle of some of it) no longer shows its origin record: records are
+    # named by the part's id, which a split changes.
+    "a-split-bundled-dead-letter-shows-no-origin-record": (Plan, 34, "no origin record"),
+    # Fixed in 51e53f5:
     # An ack of a bundled dead letter that deletes its part leaves the part's
     # origin record (``Parts.ack`` never removes records; a message alone's
     # ack does): after the drain and ``gc()``, ``<part>.<record>.origin``.
@@ -446,31 +530,6 @@ BUNDLE_BUGS: dict[str, tuple[Callable[[int], Plan], int, str]] = {
         14,
         "batch shown in part",
     ),
-}
-
-
-@pytest.mark.parametrize("bug", _pinned(BUNDLE_BUGS))
-def test_engine_bugs_of_issue_32(bug: str) -> None:
-    plan, seed, words = BUNDLE_BUGS[bug]
-    _shows_none(plan(seed), words)
-
-
-#: Engine bugs of bundles found by the simulation and fixed since (a864c26),
-#: each at the seed that showed it, as ``BUNDLE_BUGS``: it must not show again.
-BUNDLE_FIXED: dict[str, tuple[Callable[[int], Plan], int, str]] = {
-    # ``Parts.ack``/``Parts.move`` change a part inside ``storage_errors``,
-    # which turns the ``FileNotFoundError`` of a name gone into
-    # ``StorageError``: ``_where_current`` never looks for the names that hold
-    # the messages now. c2 extended message 1 of its part by bare receipt
-    # (a split; its ``Message`` of message 2 kept the old receipt), then
-    # acked message 2: ``StorageError``, not the ack (also a stale receipt
-    # raises ``StorageError``, not ``ReceiptExpired``; the drain's own acks
-    # fail so: bundles seed 32).
-    "a-part-name-gone-fails-the-settle-with-storage-error": (Plan, 4, "ack failed for nothing"),
-    # A dead-letter queue's part split by a receive of part of it (or a
-    # settle of some of it) no longer shows its origin record: records are
-    # named by the part's id, which a split changes.
-    "a-split-bundled-dead-letter-shows-no-origin-record": (Plan, 34, "no origin record"),
 }
 
 
@@ -783,12 +842,15 @@ MUTANTS: dict[str, tuple[tuple[object, str, object] | None, Callable[[int], Plan
 }
 
 
-# Issue 32: planted bugs of bundles. Bundle plans meet the engine bugs of
-# BUNDLE_BUGS on most seeds, so a planted bug is found by its own words: a
-# violation that matches them, at a seed where the real code shows none.
+# Issue 32: planted bugs of bundles. A planted bug is found by its own
+# words: a violation that matches them, at a seed where the real code shows
+# none (the engine bugs of BUNDLE_BUGS showed on most seeds when they landed,
+# so any violation proved nothing).
 #: (a) A listing shows a split's targets while its source is listed (a
-#: rename's target stays hidden): a settled listing counts the split's
-#: messages twice, a claim may take the rest before the split ends.
+#: rename's target stays hidden): a claim may take the rest before the
+#: split ends, and the split's copy brings back its count (found at 147;
+#: at 3, by stats counting the split's messages twice, until a settled
+#: listing counted a bundle's places once: 51e53f5).
 _split_targets_shown = _with_line(
     ObjectStore._settle,
     "hidden.update(target for move in moves for target in move.targets or ())",
@@ -829,7 +891,7 @@ _RESOLVED = (Parts, "_current", _any_later_name)
 #: A planted bug of bundles: its patch, plan, the oracle's words for it (a
 #: pattern a violation matches from its start) and the first seed that finds it.
 BUNDLE_MUTANTS: dict[str, tuple[tuple[object, str, object], Callable[[int], Plan], str, int]] = {
-    "split-targets-shown": (_SHOWN, BUNDLE_PLANS["bundles"], "stats counted twice", 3),
+    "split-targets-shown": (_SHOWN, BUNDLE_PLANS["bundles"], "receive count went back", 147),
     "split-finished-in-part": (_IN_PART, BUNDLE_PLANS["bundles-crashes"], "lost", 16),
     "acked-places-kept": (_KEPT, BUNDLE_PLANS["bundles"], "acknowledged came back", 5),
     "rest-of-a-split-counted": (_COUNTED, BUNDLE_PLANS["bundles"], "receive count: ", 0),

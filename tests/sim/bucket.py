@@ -59,6 +59,12 @@ class Bucket:
     #: the oracle; ``writer`` is the actor whose request takes effect now.
     born: dict[str, tuple[float, str]] = field(default_factory=dict)
     writer: str = ""
+    #: Which actor sent the request that first wrote each key, whether or
+    #: not its client still waited for it (an orphan's sender too: a create
+    #: that landed late is still its sender's); ``issuer``: the sender of
+    #: the request that takes effect now.
+    issued: dict[str, str] = field(default_factory=dict)
+    issuer: str = ""
     #: Every write and delete in order, for the oracle: (the bucket's time,
     #: "put", "copy" or "delete", key, ``writer``).
     changes: list[Change] = field(default_factory=list)
@@ -74,6 +80,7 @@ class Bucket:
         self.objects[key] = Object(data, etag, round(self.now, 3), self.generations)
         self.written.setdefault(key, data)
         self.born.setdefault(key, (self.now, self.writer))
+        self.issued.setdefault(key, self.issuer)
         return etag
 
     def _get(self, key: str) -> Object:

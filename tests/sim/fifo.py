@@ -74,6 +74,7 @@ class Held(Protocol):
     end: float
     count: int
     acked: Event | None
+    claimed: float
 
 
 class Found(Protocol):
@@ -117,7 +118,8 @@ def check_exclusive(
 ) -> None:
     """One group, one holder (the module's docstring); ``by_id``: the holds
     of each message, after the oracle settled when each ended; ``purges``:
-    when each purge ran (it may end any hold it overlaps, from its start)."""
+    when each purge ran (it may end any hold it overlaps, from its start:
+    also one that ended after the claim but before the receive returned)."""
     by_group: dict[tuple[str, str], list[Held]] = defaultdict(list)
     for (queue, message_id), holds in by_id.items():
         token = names.group_of(message_id)
@@ -127,7 +129,7 @@ def check_exclusive(
         holds.sort(key=lambda h: h.start)
         for i, earlier in enumerate(holds):
             end = earlier.end if earlier.acked is None else min(earlier.end, earlier.acked.start)
-            end = min([end, *(start for start, stop in purges if stop > earlier.start)])
+            end = min([end, *(start for start, stop in purges if stop > earlier.claimed)])
             for later in holds[i + 1 :]:
                 if later.start >= end - tolerance:
                     break  # sorted by start: the rest start later still

@@ -120,7 +120,8 @@ class Hold:
     start: float  # when the receive returned (the bucket's clock)
     end: float  # when the hold surely ended
     acked: Event | None = None
-    #: When the claim was made (the bucket's clock): its expiry less its timeout.
+    #: When the claim was made (the bucket's clock): when its move began in
+    #: the source queue (``Claim.at``), else its expiry less its timeout.
     claimed: float = -math.inf
 
 
@@ -212,14 +213,20 @@ def judge(
         verdict.add(f"errors: {error}")
     holds: dict[str, Hold] = {}  # receipt -> the hold it belongs to
     by_id: dict[tuple[str, str], list[Hold]] = defaultdict(list)
+    # The bucket tells when a claim in the source began; an expiry read back
+    # on its writer's clock is off where that clock stepped during the receive.
+    began = {claim.name: claim.at for claim in claims or []}
     for event in sorted(events, key=lambda e: e.end):
         if event.op == "receive" and event.ok:
             for message_id, receipt, count in zip(
                 event.ids, event.receipts, event.counts, strict=True
             ):
                 expiry = _expiry(receipt, event, store_clock)
+                claimed = expiry - event.visibility
+                if event.queue == "src":  # the queue ``claims`` are of
+                    claimed = began.get(receipt, claimed)
                 hold = Hold(event, event.queue, message_id, receipt, count, event.end, expiry,
-                            claimed=expiry - event.visibility)  # fmt: skip
+                            claimed=claimed)  # fmt: skip
                 holds[receipt] = hold
                 by_id[event.queue, message_id].append(hold)
     excused = set(moved)

@@ -239,7 +239,7 @@ def _run(plan: Plan) -> Report:
     errors = [f"{a.name}: {type(a.error).__name__}: {a.error}" for a in scheduler.actors if a.error]
     drained = _drain(scheduler, opener, queues, errors, strict=plan.strict_groups)
     leftovers = sorted(key for key in bucket.objects if not key.endswith("/" + names.CONFIG_NAME))
-    aliases = sibling_ids(bucket.written, history.events)
+    aliases = sibling_ids(bucket, history.events)
     src = f"{prefix}/src/"
     in_dlq, in_src = ({
         aliases.get(i, i) for k, data in bucket.written.items() if f"/{queue}/" in k
@@ -350,21 +350,31 @@ def created_in(bucket: Bucket, prefix: str) -> list[tuple[float, str, bytes]]:
     return out
 
 
-def sibling_ids(written: dict[str, bytes], events: list[Event]) -> dict[str, str]:
+def sibling_ids(bucket: Bucket, events: list[Event]) -> dict[str, str]:
     """The sibling ids that moves gave second copies (same ms and seq, same
-    body, another nonce: ``names.sibling_id``), each mapped to the sent id."""
-    sent: dict[bytes, set[str]] = defaultdict(set)  # a body sent again (a dedup id's) has two
+    body, another nonce: ``names.sibling_id``), each mapped to the sent id.
+
+    An id held by a key whose create the sender of its body sent
+    (``Bucket.issued``) is its send's own, never a move's copy: a bundle
+    sent again after a burned create holds its messages under sibling ids,
+    which the send returns, and the burned create may land late, a second
+    copy under ids no send returned (at least once, as a message alone's
+    late create is)."""
+    sent: dict[bytes, dict[str, str]] = defaultdict(dict)  # a dedup id's body has two
     for e in events:
         if e.op in ("send", "send_batch"):
             for message_id, body in zip(e.ids, e.bodies, strict=False):
-                sent[body].add(message_id)
-    aliases = {}
-    for key, data in written.items():
+                sent[body][message_id] = e.actor
+    held_by: list[tuple[str, parts.Held]] = []
+    for key, data in bucket.written.items():
         parsed = names.parse(key.rpartition("/")[2])
-        for held in parts.held_in(parsed, data) if parsed is not None else ():
-            for original in sent.get(held.body, ()):
-                if held.id != original and held.id[:19] == original[:19]:
-                    aliases[held.id] = original
+        held_by += [(key, h) for h in (parts.held_in(parsed, data) if parsed is not None else ())]
+    own = {h.id for key, h in held_by if bucket.issued[key] in sent.get(h.body, {}).values()}
+    aliases = {}
+    for _, held in held_by:
+        for original in sent.get(held.body, ()):
+            if held.id != original and held.id[:19] == original[:19] and held.id not in own:
+                aliases[held.id] = original
     return aliases
 
 

@@ -67,6 +67,8 @@ class Request:
     #: ``Faults.read_error``), "record" (a DELETE of an origin record,
     #: ``Faults.record_error``), or "" (none).
     fails: str = ""
+    #: The actor that sent it (an orphan's too: ``Bucket.issued``).
+    issuer: str = ""
 
 
 @dataclass(eq=False)
@@ -209,7 +211,7 @@ class Scheduler:
             raise Crash(f"{actor.name} is dead")
         with self._cv:
             self._numbers += 1
-            request = Request(self._numbers, actor, what, effect, fails=fails)
+            request = Request(self._numbers, actor, what, effect, fails=fails, issuer=actor.name)
             if ready is not None:
                 request.ready = ready
             elif self.rng.random() < self.faults.stall:  # a request that takes its time
@@ -329,12 +331,13 @@ class Scheduler:
 
     def _effect(self, request: Request) -> None:
         self.bucket.writer = request.actor.name if request.actor is not None else ""
+        self.bucket.issuer = request.issuer
         try:
             request.outcome = (True, request.effect())
         except Exception as exc:
             request.outcome = (False, exc)
         finally:
-            self.bucket.writer = ""
+            self.bucket.writer = self.bucket.issuer = ""
         request.applied = True
 
     def _apply(self, request: Request, *, respond: bool) -> None:
@@ -384,7 +387,7 @@ class Scheduler:
         self._note(f"timeout {request.number}")
         actor = request.actor
         assert actor is not None
-        orphan = Request(request.number, None, request.what, request.effect)
+        orphan = Request(request.number, None, request.what, request.effect, issuer=request.issuer)
         self._deliver(request, (False, TimedOut(f"{request.what} timed out")))
         self._requests.append(orphan)
 
@@ -406,7 +409,10 @@ class Scheduler:
             if other.process == actor.process:
                 other.crashed = True
         if not request.applied and self.rng.random() < 0.5:
-            self._requests.append(Request(request.number, None, request.what, request.effect))
+            orphan = Request(
+                request.number, None, request.what, request.effect, issuer=request.issuer
+            )
+            self._requests.append(orphan)
         self._deliver(request, (False, Crash(f"{actor.name} died")))
 
     def _jump(self) -> None:
