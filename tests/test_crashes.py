@@ -31,7 +31,14 @@ import vsqs
 from vsqs.testing import FakeClock
 
 from .support.backends import select, send_modes
-from .support.crashes import SCENARIOS, Crash, CrashingStore, Expect, open_pair, recover_and_check
+from .support.crashes import (
+    SCENARIOS,
+    Crash,
+    CrashingStore,
+    Expect,
+    open_pair,
+    recover_and_check,
+)
 
 
 @pytest.fixture(params=send_modes(select(object_store=False, sweeps=True, variants=False)))
@@ -70,3 +77,8 @@ def test_a_crash_before_any_storage_call_loses_nothing(
         with pytest.raises(Crash):
             run(healthy, crashing, expect)
         recover_and_check(inner_store, clock, expect)
+
+
+@pytest.fixture(autouse=True)
+def _finished_at_once(finish_at_once: None) -> None:
+    """Splits and moves left half done by a crash are finished at the next listing."""

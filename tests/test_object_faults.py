@@ -27,14 +27,19 @@ import pytest
 
 import vsqs
 from vsqs import _names as names
-from vsqs.stores import _moves
 from vsqs.stores._object import ObjectStore
 from vsqs.stores._object_io import ObjectIO
 from vsqs.stores._registry import open_store
 from vsqs.testing import FakeClock
 
 from .support.backends import Backend, params, select, sweep_cases
-from .support.crashes import SCENARIOS, Crash, Expect, open_pair, recover_and_check
+from .support.crashes import (
+    SCENARIOS,
+    Crash,
+    Expect,
+    open_pair,
+    recover_and_check,
+)
 from .support.fault_proxy import FaultProxy, Quirk
 from .support.faulty_io import FaultyIO
 from .support.servers import Server, proxied
@@ -60,8 +65,8 @@ def server(request: pytest.FixtureRequest) -> Server:
 
 
 @pytest.fixture(autouse=True)
-def finish_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_moves, "FINISH_AFTER", -1.0)
+def _finished_at_once(finish_at_once: None) -> None:
+    """Moves left half done are finished at the next listing."""
 
 
 def run_with_fault(

@@ -32,7 +32,13 @@ import vsqs
 from vsqs.stores import _local as _store_local
 from vsqs.testing import FakeClock
 
-from .support.crashes import BODY, SCENARIOS, Expect, open_pair, recover_and_check
+from .support.crashes import (
+    BODY,
+    SCENARIOS,
+    Expect,
+    open_pair,
+    recover_and_check,
+)
 
 #: The ``os`` functions ``LocalStore`` may call on storage.
 SYSCALLS = {
@@ -260,3 +266,8 @@ def test_a_read_that_fails_after_the_claim_gives_the_claim_back(
         rest = other.receive_batch(10)
         assert [(m.id, m.receive_count) for m in rest] == [(i, 1) for i in sent[claims - 1 :]]
         assert q.stats().dead_letter == 0
+
+
+@pytest.fixture(autouse=True)
+def _finished_at_once(finish_at_once: None) -> None:
+    """Splits and moves left half done by a crash are finished at the next listing."""

@@ -22,7 +22,7 @@ clients on a simulated bucket, each judged by the oracle.
 * Named regression schedules: the seeds at which the simulation found each
   class of failure of format 1 by itself (``benchmarks/RESULTS.md``); and
   the seed of each engine bug it found in issue 29's core and in issue 32's
-  bundles, a strict xfail until fixed (``ENGINE_BUGS``, ``BUNDLE_BUGS``).
+  bundles, a strict xfail until fixed (``ENGINE_BUGS``; those of bundles, all fixed: ``BUNDLE_FIXED``).
 * The simulation itself is checked: a seed replays to the same schedule, in
   this process and in another; and the oracle catches the bugs of planted
   mutants of the protocol (a test that could not fail would prove nothing),
@@ -208,20 +208,9 @@ PLANS = {**CLOCK_PLANS, **FAULT_PLANS, **FEATURE_PLANS, **BUNDLE_PLANS}
 _UNTIL_FIXED = pytest.mark.xfail(reason="known limits of groups and deduplication (groups.md)")
 
 
-#: Plans whose sweep (from ``FIRST_SEED``) meets an engine bug of
-#: ``BUNDLE_BUGS`` (at the seed named), and the bug.
-_BUNDLE_BUGS_SHOWN = {
-    "bundles": "a-move-of-a-message-alone-misses-its-copy-in-a-part-there",  # 100005
-    "spark-writes": "a-redrive-publishes-a-message-alone-beside-its-part-in-the-source",  # 100011
-}
-
-
 def _marked(plan: str) -> Any:
     if plan in FEATURE_PLANS:
         return pytest.param(plan, marks=_UNTIL_FIXED)
-    if plan in _BUNDLE_BUGS_SHOWN:
-        reason = f"engine bug of bundles: {_BUNDLE_BUGS_SHOWN[plan]} (BUNDLE_BUGS)"
-        return pytest.param(plan, marks=pytest.mark.xfail(reason=reason))
     return plan
 
 
@@ -348,7 +337,7 @@ def messages_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     """``send_batch`` writes each message in an object of its own
     (``VSQS_BUNDLES=0``), as every client did before issue 32: the schedules
     of ``REGRESSIONS`` and the planted bugs of ``MUTANTS`` break the protocol
-    of messages alone (those of bundles: ``BUNDLE_MUTANTS``, ``BUNDLE_BUGS``)."""
+    of messages alone (those of bundles: ``BUNDLE_MUTANTS``, ``BUNDLE_FIXED``)."""
     monkeypatch.setenv(ENV_BUNDLES, "0")
 
 
@@ -402,15 +391,15 @@ def test_engine_bugs_of_issue_29(bug: str) -> None:
     _shows_none(FEATURE_PLANS[plan](seed), words)
 
 
-#: Engine bugs the simulation found in issue 32's bundles (still in 51e53f5):
-#: the plan and seed that show each, and the oracle's words for it (a pattern
-#: that a violation matches from its start). Each test fails until its bug
-#: is fixed (strict xfail then reports its pass: move it to
-#: ``BUNDLE_FIXED``). Replay with ``python -m tests.sim SEED`` (the default
-#: plan: its batches of 2 or 3 are bundles), ``--bundles 0.5 --batch-acks
-#: 0.3`` for ``bundles`` (``--groups 0.5`` for ``bundles-groups``);
-#: ``--trace`` prints the schedule.
-BUNDLE_BUGS: dict[str, tuple[Callable[[int], Plan], int, str]] = {
+#: Engine bugs of bundles the simulation found, all fixed since, each at the
+#: seed that showed it and with the oracle's words for it (a pattern a
+#: violation matches from its start): it must not show again. Replay with
+#: ``python -m tests.sim SEED`` (``--bundles 0.5 --batch-acks 0.3`` for the
+#: bundles plans; ``--trace`` prints the schedule). A bug found later is
+#: pinned here as a strict xfail until it is fixed.
+BUNDLE_FIXED: dict[str, tuple[Callable[[int], Plan], int, str]] = {
+    # Fixed by redriving a part whole (as it was dead-lettered), so that a
+    # copy of its messages is always found as a part of its bundle:
     # A move into a queue of a message alone that a part of a bundle there
     # holds: the move's "is a copy here?" (``_dead_letter._copy_here``, a
     # listing of ``names_of(M)``) finds no name of the message's id M (a
@@ -463,19 +452,6 @@ BUNDLE_BUGS: dict[str, tuple[Callable[[int], Plan], int, str]] = {
         100121,
         r"stats counted twice: .* in src",
     ),
-}
-
-
-@pytest.mark.parametrize("bug", _pinned(BUNDLE_BUGS))
-def test_engine_bugs_of_issue_32(bug: str) -> None:
-    plan, seed, words = BUNDLE_BUGS[bug]
-    _shows_none(plan(seed), words)
-
-
-#: Engine bugs of bundles found by the simulation and fixed since (a864c26,
-#: 51e53f5), each at the seed that showed it, as ``BUNDLE_BUGS``: it must not
-#: show again.
-BUNDLE_FIXED: dict[str, tuple[Callable[[int], Plan], int, str]] = {
     # ``Parts.ack``/``Parts.move`` change a part inside ``storage_errors``,
     # which turns the ``FileNotFoundError`` of a name gone into
     # ``StorageError``: ``_where_current`` never looks for the names that hold
@@ -550,7 +526,7 @@ def test_a_seed_replays_the_same_schedule_here_and_in_another_process() -> None:
         [sys.executable, "-m", "tests.sim", "7"],
         capture_output=True,
         text=True,
-        check=False,  # it exits 1 if the schedule broke a promise (BUNDLE_BUGS)
+        check=False,  # it exits 1 if the schedule broke a promise (BUNDLE_FIXED before its fix)
         env={**os.environ, "PYTHONHASHSEED": "12345"},
         cwd=os.path.dirname(os.path.dirname(__file__)),
     )
@@ -844,7 +820,7 @@ MUTANTS: dict[str, tuple[tuple[object, str, object] | None, Callable[[int], Plan
 
 # Issue 32: planted bugs of bundles. A planted bug is found by its own
 # words: a violation that matches them, at a seed where the real code shows
-# none (the engine bugs of BUNDLE_BUGS showed on most seeds when they landed,
+# none (the engine bugs of BUNDLE_FIXED showed on most seeds when they landed,
 # so any violation proved nothing).
 #: (a) A listing shows a split's targets while its source is listed (a
 #: rename's target stays hidden): a claim may take the rest before the

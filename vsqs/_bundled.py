@@ -117,15 +117,6 @@ def peeked(
     return [Message(queue, m.id, m.data, None, count, dead_lettered=origin) for m in found]
 
 
-def held_alone(message: Message) -> names.Name:
-    """The held name of a received message, as a message alone: a bundled
-    message's own id with its part's state (a move publishes it alone)."""
-    name = (message.receipt or "").partition(PLACE_SEPARATOR)[0]
-    held = names.parse(name)
-    assert held is not None
-    return held if hold(message).part is None else held._replace(id=message.id)
-
-
 def part_of(message: Message) -> tuple[Part, int] | None:
     """The part that holds a received bundled message, and its place."""
     part = hold(message).part
@@ -247,21 +238,21 @@ class Parts:
         return out, stale
 
     def _last_part_gone(self, part_id: str, acked: list[Message]) -> None:
-        """A dead letter's origin records are its bundle's: they go with the
-        ack of its last part (one listing of the bundle's names tells), as a
-        message alone's go with its ack; a failed delete leaves them to ``gc()``."""
-        records = tuple({r for message in acked for r in hold(message).origin})
-        if not records:
-            return
+        """A dead letter's origin records are its bundle's (one per part moved
+        in): they all go with the ack of its last part (one listing of the
+        bundle's names tells), as a message alone's go with its ack; a failed
+        delete leaves them to ``gc()``."""
+        if not any(hold(message).origin for message in acked):
+            return  # not a dead letter: no records, no listing
         core = names.lineage(part_id)
         with storage_errors(f"listing {self._url}"):
-            left = [
-                n
-                for n in self._store.list(prefix=core)
-                if (p := names.parse(n)) and p.state != names.NEW and names.lineage(p.id) == core
+            listed = list(self._store.list(prefix=core))
+        parsed = [names.parse(n) for n in listed]
+        if not any(p and p.state != names.NEW and names.lineage(p.id) == core for p in parsed):
+            records = [
+                n for n in listed if (of := names.origin_id(n)) and names.lineage(of) == core
             ]
-        if not left:
-            remove_records(self._store, records)
+            remove_records(self._store, tuple(records))
 
     @staticmethod
     def _apply(what: str, change: Callable[..., None], *args: str) -> None:
@@ -341,11 +332,7 @@ class Parts:
             if stale:
                 raise ReceiptExpired(f"cannot extend: {self._stale(part.name)}")
             return moved[0] if moved else item
-        with storage_errors(f"reading from {self._url}"):
-            try:
-                data = self._store.read_limited(part.name, names.BUNDLE_READ_LIMIT)
-            except FileNotFoundError:
-                raise ReceiptExpired(f"cannot extend: {self._stale(part.name)}") from None
+        data = self._read_current(part, place)
         found = {m.place: m for m in members(part.parsed.id, data) or ()}
         count = part.parsed.receive_count
         member = found.get(place)
@@ -357,6 +344,21 @@ class Parts:
         if stale:
             raise ReceiptExpired(f"cannot extend: {self._stale(part.name)}")
         return message
+
+    def _read_current(self, part: Part, place: int) -> bytes:
+        """The bytes of the part that holds the message at ``place`` now in the
+        state its receipt names (renamed to it if the receipt's name is gone)."""
+        for _ in range(2):
+            with storage_errors(f"reading from {self._url}"):
+                try:
+                    return self._store.read_limited(part.name, names.BUNDLE_READ_LIMIT)
+                except FileNotFoundError:
+                    pass
+            found = [name for name, these in self._current(part, [place]).items()]
+            if not found:
+                break
+            part.name = found[0]
+        raise ReceiptExpired(f"cannot extend: {self._stale(part.name)}")
 
     def _stale(self, name: str) -> str:
         return stale_receipt(name, self._url)

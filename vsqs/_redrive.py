@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ._bundled import held_alone
+from . import _names as names
 from ._dead_letter import Origin, move_in
-from ._errors import InvalidArgument, QueueNotFound, ReceiptExpired
-from ._message import Message, Progress, stored
+from ._errors import InvalidArgument, QueueNotFound, storage_errors
+from ._message import Message, Progress, held_name, stored
 from ._place import OpenedQueues, refuse_same
 from ._queue import Queue
 from .stores._base import Store
@@ -61,18 +61,26 @@ def _check_named(dlq: object, target: Queue, force: bool) -> None:
     )
 
 
-def _move_back(message: Message, dlq: Queue, target: Queue) -> bool:
-    """Move a message received from ``dlq`` into ``target``, then remove it
+def _move_back(messages: list[Message], dlq: Queue, target: Queue) -> int:
+    """Move what one object received from ``dlq`` holds into ``target`` (a
+    message alone, or a part of a bundle whole, as it was dead-lettered, so
+    that a copy already there is found, whichever it is), then remove it
     from ``dlq``, with the origin records its receiver listed (the ack
-    removes them; others are left to ``gc()``); whether it was still held there."""
-    held = held_alone(message)
+    removes them; others are left to ``gc()``); how many were still held there."""
+    first = messages[0]
+    held = names.parse(held_name(first.receipt or ""))
+    assert held is not None
+    if names.is_bundle(held.id):
+        with storage_errors(f"reading from {dlq.url}"):
+            try:
+                data = dlq.store.read(names.receipt_name(held))
+            except FileNotFoundError:
+                return 0  # its hold ran out and another took it
+    else:
+        data = stored(first)
     record_id = target.store.ms_clock(target.clock).next_id()  # on the store's clock, as gc ages it
-    move_in(target.store, target.durable, held, stored(message), Origin(record_id, b""))
-    try:
-        dlq.delete(message)
-    except ReceiptExpired:
-        return False
-    return True
+    move_in(target.store, target.durable, held, data, Origin(record_id, b""))
+    return len(dlq.delete_batch(messages).deleted)
 
 
 def redrive(
@@ -128,9 +136,19 @@ def move_back(
         )
         if not batch:
             break
-        for message in batch:
-            if _move_back(message, dlq, target):
-                moved += 1
+        for held in _by_object(batch):
+            count = _move_back(held, dlq, target)
+            if count:
+                moved += count
                 if progress is not None:
                     progress(moved, max_messages)
     return moved
+
+
+def _by_object(batch: list[Message]) -> list[list[Message]]:
+    """A received batch as the objects that hold it: a message alone, or the
+    messages of one part (a receive holds whole parts: they go back whole)."""
+    out: dict[str, list[Message]] = {}
+    for message in batch:
+        out.setdefault(held_name(message.receipt or ""), []).append(message)
+    return list(out.values())

@@ -14,8 +14,11 @@ from collections import Counter
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
+import pytest
+
 import vsqs
 from vsqs import _names as names
+from vsqs.stores import _moves
 from vsqs.testing import FakeClock
 
 
@@ -134,6 +137,13 @@ class Expect:
 
 
 Scenario = Callable[[vsqs.Queue, vsqs.Queue, Expect], None]
+
+
+@pytest.fixture
+def finish_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Moves and splits a crash left half done are finished by the next
+    listing (``FINISH_AFTER`` is -1): recovery need not wait for their age."""
+    monkeypatch.setattr(_moves, "FINISH_AFTER", -1.0)
 
 
 def send(healthy: vsqs.Queue, crashing: vsqs.Queue, expect: Expect) -> None:
