@@ -22,7 +22,8 @@ clients on a simulated bucket, each judged by the oracle.
 * Named regression schedules: the seeds at which the simulation found each
   class of failure of format 1 by itself (``benchmarks/RESULTS.md``); and
   the seed of each engine bug it found in issue 29's core and in issue 32's
-  bundles, a strict xfail until fixed (``ENGINE_BUGS``; those of bundles, all fixed: ``BUNDLE_FIXED``).
+  bundles, a strict xfail until fixed (``ENGINE_BUGS``; of bundles, all
+  fixed now: ``BUNDLE_FIXED``).
 * The simulation itself is checked: a seed replays to the same schedule, in
   this process and in another; and the oracle catches the bugs of planted
   mutants of the protocol (a test that could not fail would prove nothing),
