@@ -161,7 +161,7 @@ def purge(store: Store, progress: Progress | None) -> int:
         for done, entry in enumerate(doomed, 1):
             with suppress(FileNotFoundError):
                 store.delete(entry.name, known=True)
-                removed += 1
+                removed += names.message_count(entry.parsed.id)
                 # Its message is gone: so are the records listed with it
                 # (not those of a message whose delete lost a race: it lives on).
                 remove_records(store, origins.pop(entry.parsed.id, ()))

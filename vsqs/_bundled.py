@@ -115,6 +115,15 @@ def peeked(
     return [Message(queue, m.id, m.data, None, count, dead_lettered=origin) for m in found]
 
 
+def held_alone(message: Message) -> names.Name:
+    """The held name of a received message, as a message alone: a bundled
+    message's own id with its part's state (a move publishes it alone)."""
+    name = (message.receipt or "").partition(PLACE_SEPARATOR)[0]
+    held = names.parse(name)
+    assert held is not None
+    return held if hold(message).part is None else held._replace(id=message.id)
+
+
 def part_of(message: Message) -> tuple[Part, int] | None:
     """The part that holds a received bundled message, and its place."""
     part = hold(message).part
@@ -157,86 +166,129 @@ class Parts:
     def _url(self) -> str:
         return self._owner.url
 
-    def _places(self, part: Part, places: Sequence[int], what: str) -> set[int]:
-        """``places`` checked to be held in ``part`` (the caller holds its lock)."""
-        held = set(names.members_of(part.parsed.id))
-        wanted = set(places)
-        if not wanted <= held:
-            raise ReceiptExpired(f"cannot {what}: {self._stale(part.name)}")
-        return wanted
-
-    def ack(self, part: Part, places: Sequence[int]) -> None:
+    def ack(self, part: Part, places: Sequence[int]) -> list[int]:
         """Delete the messages at ``places`` of ``part``: the part goes if they
-        are all it holds, else it is renamed to the others."""
-        with part.lock:
-            parsed = part.parsed
-            gone = self._places(part, places, "delete")
+        are all it holds, else it is renamed to the others. Returns the places
+        whose receipts were stale (nothing changed for them)."""
+
+        def change(here: Part, gone: list[int]) -> None:
+            parsed = here.parsed
             rest = [p for p in names.members_of(parsed.id) if p not in gone]
+            new = _renamed(parsed, rest, parsed.expiry_ms or 0) if rest else ""
             with storage_errors(f"deleting from {self._url}"):
-                try:
-                    if not rest:
-                        self._store.delete(part.name, known=True)
-                    else:
-                        new = _renamed(parsed, rest, parsed.expiry_ms or 0)
-                        self._store.rename(part.name, new)
-                except (FileNotFoundError, FileExistsError):
-                    raise ReceiptExpired(f"cannot delete: {self._stale(part.name)}") from None
-            if rest:
-                self._moved(part.name, new, parsed.expiry_ms or 0)
-                part.renamed(new, rest)
-            else:
-                self._deleted(part.name)
-                part.renamed(part.name, ())
+                if new:
+                    self._store.rename(here.name, new)
+                else:
+                    self._store.delete(here.name, known=True)
             for place in gone:
-                message = part.messages.pop(place, None)
+                message = here.messages.get(place)
                 if message is not None:
                     hold(message).done = True
+            if new:
+                self._moved(here.name, new, parsed.expiry_ms or 0)
+            else:
+                self._deleted(here.name)
+            here.renamed(new or here.name, rest)
+
+        with part.lock:
+            return self._where_current(part, places, change)
 
     def move(
         self, part: Part, places: Sequence[int], expiry_ms: int, what: str, *, holds: bool
-    ) -> Part:
+    ) -> tuple[list[Message], list[int]]:
         """Extend (``holds``) or release the messages at ``places`` of ``part``
         to ``expiry_ms``: a rename of the part if they are all it holds, else a
-        split into them and the others. Returns the part that holds them now."""
-        with part.lock:
-            parsed = part.parsed
-            moving = self._places(part, places, what)
-            if (
-                holds
-                and parsed.group is not None
-                and (parsed.expiry_ms or 0) <= self._clock.now_ms()
-            ):
+        split into them and the others. Returns the messages moved (their
+        receipts follow) and the places whose receipts were stale."""
+        out: list[Message] = []
+
+        def change(here: Part, moving: list[int]) -> None:
+            parsed = here.parsed
+            lapsed = (parsed.expiry_ms or 0) <= self._clock.now_ms()
+            if holds and parsed.group is not None and lapsed:
                 raise ReceiptExpired(
-                    f"cannot {what}: the visibility timeout of {part.name} ran out, and its "
+                    f"cannot {what}: the visibility timeout of {here.name} ran out, and its "
                     "group may have moved on (docs/groups.md)"
                 )
-            all_places = names.members_of(parsed.id)
-            rest = [p for p in all_places if p not in moving]
-            moved = _renamed(parsed, sorted(moving), expiry_ms)
+            rest = [p for p in names.members_of(parsed.id) if p not in moving]
+            moved = _renamed(parsed, moving, expiry_ms)
             kept = _renamed(parsed, rest, parsed.expiry_ms or 0) if rest else ""
             with storage_errors(f"{what} in {self._url}"):
-                try:
-                    if kept:
-                        self._store.split(part.name, moved, kept)
-                    else:
-                        self._store.rename(part.name, moved)
-                except (FileNotFoundError, FileExistsError):
-                    raise ReceiptExpired(f"cannot {what}: {self._stale(part.name)}") from None
-            old = part.name
-            self._moved(old, moved, expiry_ms)
-            if not kept:
-                part.renamed(moved, moving if holds else ())
-                return part
-            self._moved(old, kept, parsed.expiry_ms or 0)
-            out = Part(moved)
+                if kept:
+                    self._store.split(here.name, moved, kept)
+                else:
+                    self._store.rename(here.name, moved)
+            self._moved(here.name, moved, expiry_ms)
+            if kept:
+                self._moved(here.name, kept, parsed.expiry_ms or 0)
+            after = Part(moved)
             for place in moving:
-                message = part.messages.get(place)
+                message = here.messages.pop(place, None)
                 if message is not None:
-                    out.messages[place] = message
-                    hold(message).part = out
-            out.renamed(moved, moving if holds else ())
-            part.renamed(kept, rest)
-            return out
+                    after.messages[place] = message
+                    hold(message).part = after
+                    out.append(message)
+            after.renamed(moved, moving if holds else ())
+            here.renamed(kept or here.name, rest)
+
+        with part.lock:
+            stale = self._where_current(part, places, change)
+        return out, stale
+
+    def _where_current(
+        self, part: Part, places: Sequence[int], change: Callable[[Part, list[int]], None]
+    ) -> list[int]:
+        """Run ``change(part, places)``; if the part's name is gone, on the
+        names that hold those messages now in the state its receipts name (the
+        same expiry and receive count: a change of the part's other messages
+        by its holder, or a receive of some of them after its timeout ran out,
+        renamed it; one listing of the bundle's names finds them). Returns the
+        places whose receipts are stale. The caller holds the part's lock."""
+        wanted = sorted(set(places))
+        held = set(names.members_of(part.parsed.id))
+        stale = [p for p in wanted if p not in held]
+        wanted = [p for p in wanted if p in held]
+        if not wanted:
+            return stale
+        try:
+            change(part, wanted)
+            return stale
+        except (FileNotFoundError, FileExistsError):
+            pass
+        found = self._current(part, wanted)
+        stale += [p for p in wanted if not any(p in ps for ps in found.values())]
+        for name, these in found.items():
+            here = Part(name)
+            here.messages = {p: part.messages.pop(p) for p in these if p in part.messages}
+            for message in here.messages.values():
+                hold(message).part = here
+            try:
+                change(here, these)
+            except (FileNotFoundError, FileExistsError):
+                stale += these
+        return sorted(stale)
+
+    def _current(self, part: Part, places: list[int]) -> dict[str, list[int]]:
+        """The names of the bundle that hold ``places`` in the state of the
+        part's (gone) name, each with the places it holds."""
+        parsed = part.parsed
+        found: dict[str, list[int]] = {}
+        with storage_errors(f"listing {self._url}"):
+            listed = list(self._store.list(prefix=parsed.id[: names.ID_LEN]))
+        for name in listed:
+            now = names.parse(name)
+            if not (
+                now is not None
+                and names.is_bundle(now.id)
+                and now.expiry_ms == parsed.expiry_ms
+                and now.receive_count == parsed.receive_count
+                and now.version > parsed.version
+            ):
+                continue
+            these = [p for p in names.members_of(now.id) if p in places]
+            if these:
+                found[name] = these
+        return found
 
     def extend(self, bundled: tuple[Part, int], item: Message | str, expiry_ms: int) -> Message:
         """Extend one bundled message to ``expiry_ms``; the message (a new one
@@ -244,22 +296,25 @@ class Parts:
         rename alone decides the outcome, as for a message alone)."""
         part, place = bundled
         if isinstance(item, Message):
-            moved = self.move(part, [place], expiry_ms, "extend", holds=True)
-            return moved.messages.get(place, item)
+            moved, stale = self.move(part, [place], expiry_ms, "extend", holds=True)
+            if stale:
+                raise ReceiptExpired(f"cannot extend: {self._stale(part.name)}")
+            return moved[0] if moved else item
         with storage_errors(f"reading from {self._url}"):
             try:
                 data = self._store.read_limited(part.name, names.BUNDLE_READ_LIMIT)
             except FileNotFoundError:
                 raise ReceiptExpired(f"cannot extend: {self._stale(part.name)}") from None
         found = {m.place: m for m in members(part.parsed.id, data) or ()}
-        moved = self.move(part, [place], expiry_ms, "extend", holds=True)
+        count = part.parsed.receive_count
         member = found.get(place)
         message_id, body = (member.id, member.data) if member else (part.parsed.id, data)
-        message = Message(
-            self._owner, message_id, body, receipt_of(moved.name, place), part.parsed.receive_count
-        )
-        hold(message).part = moved
-        moved.messages[place] = message
+        message = Message(self._owner, message_id, body, receipt_of(part.name, place), count)
+        hold(message).part = part
+        part.messages[place] = message
+        moved, stale = self.move(part, [place], expiry_ms, "extend", holds=True)
+        if stale:
+            raise ReceiptExpired(f"cannot extend: {self._stale(part.name)}")
         return message
 
     def _stale(self, name: str) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from . import _names as names
+from ._bundled import held_alone
 from ._dead_letter import Origin, move_in
 from ._errors import InvalidArgument, QueueNotFound, ReceiptExpired
 from ._message import Message, Progress, stored
@@ -65,8 +65,7 @@ def _move_back(message: Message, dlq: Queue, target: Queue) -> bool:
     """Move a message received from ``dlq`` into ``target``, then remove it
     from ``dlq``, with the origin records its receiver listed (the ack
     removes them; others are left to ``gc()``); whether it was still held there."""
-    held = names.parse(message.receipt or "")
-    assert held is not None
+    held = held_alone(message)
     record_id = target.store.ms_clock(target.clock).next_id()  # on the store's clock, as gc ages it
     move_in(target.store, target.durable, held, stored(message), Origin(record_id, b""))
     try:

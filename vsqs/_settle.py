@@ -53,7 +53,8 @@ class Settler:
         started = 0.0 if observer is meter.OFF else observer.clock()
         bundled = self._bundled(msg_or_receipt)
         if bundled is not None:
-            self._parts.ack(bundled[0], [bundled[1]])
+            if self._parts.ack(bundled[0], [bundled[1]]):
+                raise ReceiptExpired(f"cannot delete: {self._stale(bundled[0].name)}")
         else:
             self._ack(self._ack_target(msg_or_receipt))
         if observer is not meter.OFF:
@@ -87,11 +88,11 @@ class Settler:
         )
         extended: list[Message] = [message for _, message in done]
 
-        def extend(part: Part, places: list[int]) -> None:
-            moved = self._parts.move(
-                part, places, self._clock.expiry_ms(vt_ms), "extend", holds=True
-            )
-            extended.extend(moved.messages[p] for p in places if p in moved.messages)
+        def extend(part: Part, places: list[int]) -> list[int]:
+            expiry = self._clock.expiry_ms(vt_ms)
+            moved, stale = self._parts.move(part, places, expiry, "extend", holds=True)
+            extended.extend(moved)
+            return stale
 
         _, more_stale, more_failed = self._part_batch(extend, parts, items)
         return ExtendResult(extended, stale + more_stale, failed | more_failed)
@@ -110,7 +111,7 @@ class Settler:
         released = self._part_batch(
             lambda part, places: self._parts.move(
                 part, places, self._clock.expiry_ms(delay_ms), "release", holds=False
-            ),
+            )[1],
             parts,
             items,
         )
@@ -149,41 +150,42 @@ class Settler:
 
     def _part_batch(
         self,
-        settle: Callable[[Part, list[int]], object],
+        settle: Callable[[Part, list[int]], list[int]],
         parts: ByPart,
         items: list[Message | str],
     ) -> tuple[list[tuple[str, None]], list[str], dict[str, StorageError]]:
-        """Run ``settle(part, places)`` once per part, side by side; the
-        receipts of the items done, stale and failed. Any other error is raised."""
+        """Run ``settle(part, places)`` (which returns the stale places) once
+        per part, side by side; the receipts of the items done, stale and
+        failed, in the order of ``items``. Any other error is raised."""
         groups = list(parts.items())
-
-        def receipts(places: list[tuple[int, int]]) -> list[str]:
-            out = []
-            for i, _ in places:
-                item = items[i]
-                out.append(item if isinstance(item, str) else item.receipt or "")
-            return out
-
-        named = [receipts(places) for _, places in groups]
+        # The receipts as they were given: a settle changes a message's own.
+        given = {
+            i: item if isinstance(item, str) else item.receipt or ""
+            for _, places in groups
+            for i, _ in places
+            for item in [items[i]]
+        }
         outcomes = fan_out(
             lambda group: settle(group[0], [p for _, p in group[1]]),
             groups,
             self._store.batch_width,
         )
-        done: list[tuple[str, None]] = []
-        stale: list[str] = []
+        done: list[int] = []
+        stale: list[int] = []
         failed: dict[str, StorageError] = {}
-        for these, outcome in zip(named, outcomes, strict=True):
+        for (_, places), outcome in zip(groups, outcomes, strict=True):
             error = outcome.exception()
             if error is None:
-                done.extend((r, None) for r in these)
+                missed = set(outcome.result())
+                done += [i for i, p in places if p not in missed]
+                stale += [i for i, p in places if p in missed]
             elif isinstance(error, ReceiptExpired):
-                stale.extend(these)
+                stale += [i for i, _ in places]
             elif isinstance(error, StorageError):
-                failed.update(dict.fromkeys(these, error))
+                failed.update(dict.fromkeys((given[i] for i, _ in places), error))
             else:
                 raise error
-        return done, stale, failed
+        return [(given[i], None) for i in sorted(done)], [given[i] for i in sorted(stale)], failed
 
     def _batch(
         self, settle: Callable[[T], R], items: list[T], receipts: list[str]
@@ -248,7 +250,9 @@ class Settler:
         bundled = self._bundled(msg_or_receipt)
         if bundled is not None:
             part, place = bundled
-            self._parts.move(part, [place], self._clock.expiry_ms(delay_ms), "release", holds=False)
+            expiry = self._clock.expiry_ms(delay_ms)
+            if self._parts.move(part, [place], expiry, "release", holds=False)[1]:
+                raise ReceiptExpired(f"cannot release: {self._stale(part.name)}")
             return
         parsed, message = self._held(msg_or_receipt)
         with self._locked(message):

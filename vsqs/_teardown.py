@@ -2,10 +2,12 @@
 
 What vsqs writes in a queue: messages in every state and ``.new`` stages
 (the name grammar), origin records of dead letters, deduplication records,
-the config (``vsqs.json`` and its versions) and, on object stores, move
-markers, batch markers and capability probes. Anything else is foreign: it
-stays, and is named in the result. The config goes last, so a delete cut
-short leaves a queue that opens, and that a second delete finishes.
+the config (``vsqs.json`` and its versions), on object stores move
+markers, batch markers and capability probes, and on directories the
+transitional names of splits (whose targets count as messages). Anything
+else is foreign: it stays, and is named in the result. The config goes
+last, so a delete cut short leaves a queue that opens, and that a second
+delete finishes.
 """
 
 from __future__ import annotations
@@ -67,7 +69,8 @@ def _remove(store: Store, doomed: list[str]) -> int:
 def delete_queue(store: Store, *, force: bool) -> DeletedQueue:
     """Delete the queue in ``store`` (see :meth:`vsqs.Queue.delete_queue`)."""
     with storage_errors(f"deleting {store.url}"):
-        listed = list(store.list())
+        # On a directory, a split's targets count, linked yet or not.
+        listed = list(store.list(settle=isinstance(store, LocalStore)))
         held = [n for n in listed if (p := names.parse(n)) is not None and p.state != names.NEW]
         if held and not force:
             raise QueueNotEmpty(
@@ -75,6 +78,8 @@ def delete_queue(store: Store, *, force: bool) -> DeletedQueue:
                 "(vsqs purge), or force it (--force, force=True)"
             )
         removed = _remove(store, [n for n in listed if is_ours(n) and not is_config(n)])
+        if isinstance(store, LocalStore):  # the splits' transitional names, which listings hide
+            removed += _remove(store, store.splits())
         if isinstance(store, ObjectStore):  # markers and probes, which listings hide
             keys = [key for key, _ in store.io.listing() if _internal(key)]
             removed += len(keys) - len(store.io.remove(keys) if keys else [])

@@ -74,6 +74,9 @@ class CrashingStore(vsqs.Store):
     def rename(self, src: str, dst: str) -> None:
         self._call("rename", src, dst)
 
+    def split(self, src: str, first: str, second: str) -> None:
+        self._call("split", src, first, second)
+
     def delete(self, name: str, *, known: bool = False) -> None:
         self._call("delete", name, known=known)
 

@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import ClassVar, TypeVar
 
 from .. import _forks
-from .._names import MsClock
+from .._names import MsClock, id_of
 
 T = TypeVar("T")
 
@@ -42,6 +42,11 @@ def one_by_one(call: Callable[[T], object], items: Iterable[T]) -> Outcomes:
         else:
             errors.append(None)
     return errors
+
+
+def exactly(message_id: str, listed: Iterable[str]) -> list[str]:
+    """The names of ``listed`` whose id is ``message_id`` itself, not one it prefixes."""
+    return [name for name in listed if id_of(name) == message_id]
 
 
 class OutcomeUnknown(TimeoutError):
@@ -178,11 +183,13 @@ class Store(ABC):
         client is moving right now (listed under the name it leaves); a name
         whose delete was committed is no copy and may be left out.
 
-        This default is :meth:`list` with that prefix: stores whose renames
-        are atomic have no move under way to show (though a directory
-        listing may miss a name renamed while it runs, docs/format.md).
+        Only names whose id is exactly ``message_id`` (a bundle part's id is
+        a prefix of its siblings' ids). This default is ``list(settle=True)``
+        with that prefix: stores whose renames are atomic have no move under
+        way to show but a split (shown as its targets), though a directory
+        listing may miss a name renamed while it runs, docs/format.md.
         """
-        return self.list(prefix=message_id)
+        return exactly(message_id, self.list(prefix=message_id, settle=True))
 
     @abstractmethod
     def read(self, name: str) -> bytes:
@@ -215,6 +222,19 @@ class Store(ABC):
         slow request leaves the outcome unknown (object stores). Where
         :attr:`unique_names` holds, the queue never renames onto a name that
         exists, and the store need not check ``dst`` (it costs a request).
+        """
+
+    @abstractmethod
+    def split(self, src: str, first: str, second: str) -> None:
+        """Replace ``src`` by ``first`` and ``second`` in one step that is exclusive
+        with every other rename, split or delete of ``src``: of any number of
+        them racing, exactly one succeeds, and no listing ever shows ``src``
+        together with a target, nor one target without the other once the
+        split returned. Both targets are names of the grammar with src's
+        35-character core and the same version (src's + 1), absent before,
+        each holding src's content. ``FileNotFoundError`` if ``src`` is gone
+        (another client moved it: nothing changed); :class:`OutcomeUnknown`
+        as for :meth:`rename`.
         """
 
     @property

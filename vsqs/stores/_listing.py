@@ -2,9 +2,10 @@
 
 A listing groups each id's keys (adjacent, since keys are listed in order)
 and settles them (docs/protocol.md, "Listing"): a marked source and its
-target are hidden while a move is under way, a move whose client went away
-is finished, spent markers and abandoned probes and batch markers are
-collected, and the names of a batch being sent are hidden until it is whole.
+targets (two for a split) are hidden while a move is under way, a move
+whose client went away is finished, spent markers and abandoned probes and
+batch markers are collected, and the names of a batch being sent are
+hidden until it is whole.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import NamedTuple
 
 from .. import _names as names
 from .._errors import UnsupportedStore
-from ._moves import MOVED_SUFFIX, Names, ObjectMoves
+from ._base import exactly
+from ._moves import MOVED_SUFFIX, Names, ObjectMoves, Targets
 from ._probe import PROBE_PREFIX
 
 #: Suffix of a batch marker ``<floor id>.sending``: while it is younger than
@@ -31,10 +33,10 @@ class Move(NamedTuple):
     """What a listing settled of one marked source."""
 
     source: str
-    #: The target its marker names ('' for a delete), to hide; ``None`` if unread.
-    target: str | None = None
-    #: The target this listing finished the move to, shown instead ('' if none).
-    finished: str = ""
+    #: The targets its marker names (none for a delete), to hide; ``None`` if unread.
+    targets: Targets | None = None
+    #: The targets this listing finished the move to, shown instead.
+    finished: Targets = ()
     #: Whether its marker was spent since the listing (its source is gone).
     gone: bool = False
 
@@ -159,26 +161,26 @@ class ObjectListing(ObjectMoves):
             if name not in marked:
                 return True
             try:
-                return self._marker_target(name + MOVED_SUFFIX, name) != ""
+                return self._marker_targets(name + MOVED_SUFFIX, name) != ()
             except FileNotFoundError:  # finished since: a copy may be at its target
                 return True
 
-        return [name for name in self._settle(group, True) if a_copy(name)]
+        return exactly(message_id, [n for n in self._settle(group, True) if a_copy(n)])
 
     def _settle(self, group: Group, settle: bool, moving: set[str] | None = None) -> Names:
         """The shown names of one id's objects (all of its keys are adjacent).
 
-        * a marked source is hidden, and so is its marker's target while the
-          source exists;
+        * a marked source is hidden, and so is every target its marker names
+          (two for a split) while the source exists;
         * a marked source whose marker is older than ``FINISH_AFTER`` is
-          finished: copied to its target unless listed, then deleted; its
-          target is shown from then on; the ids of moves not finished go to
+          finished: copied to each target not listed, then deleted; its
+          targets are shown from then on; the ids of moves not finished go to
           ``moving``;
         * a marker whose source is not listed is spent: once older than
           ``FINISH_AFTER`` and its source confirmed gone, it is collected.
 
         With ``settle`` (for counting, not for claiming) nothing is finished
-        or collected, and a marked source is shown instead of its target, so
+        or collected, and a marked source is shown instead of its targets, so
         a message counts once whatever step its move is at.
         """
         present = {n for n, _ in group}
@@ -191,7 +193,7 @@ class ObjectListing(ObjectMoves):
             self._settle_move(source, modified, present, others, settle)
             for source, modified in marked.items()
         ]
-        hidden.update(move.target for move in moves if move.target is not None)
+        hidden.update(target for move in moves for target in move.targets or ())
         if moving is not None:  # ids hidden by moves under way (Store.moving)
             moving.update(
                 names.id_of(m.source) for m in moves if m.source in present and not m.finished
@@ -199,7 +201,7 @@ class ObjectListing(ObjectMoves):
         if settle:  # moves under way or abandoned count under the name they leave
             hidden -= {move.source for move in moves if move.source in present and not move.gone}
         shown = [n for n, _ in group if n not in hidden]
-        finished = [move.finished for move in moves if move.finished]
+        finished = [target for move in moves for target in move.finished]
         return sorted(shown + finished) if finished else shown
 
     def _settle_move(
@@ -218,11 +220,11 @@ class ObjectListing(ObjectMoves):
         if not (repair or others):
             return Move(source)  # nothing to hide besides the source: no need to read the marker
         try:
-            target = self._marker_target(marker, source)
+            targets = self._marker_targets(marker, source)
         except FileNotFoundError:  # spent since the listing: its source is gone
             return Move(source, gone=True)
-        if target is None:
+        if targets is None:
             return Move(source)
-        if repair and self._finish(source, target, copied=target in present):
-            return Move(source, target, finished=target)
-        return Move(source, target)
+        if repair and self._finish(source, targets, present):
+            return Move(source, targets, finished=targets)
+        return Move(source, targets)

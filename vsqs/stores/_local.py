@@ -19,6 +19,16 @@ path still names the directory open, and so do writes, at most every
 :data:`CHECK_EVERY` seconds and whenever one fails with ``ENOENT``: a client
 whose directory left its path gets :class:`vsqs.QueueNotFound`
 (docs/guarantees.md, "A queue directory removed, replaced or moved").
+
+A split (:meth:`LocalStore.split`) commits by renaming its source to a
+transitional name that encodes both targets (:mod:`vsqs.stores._splits`),
+links the targets, then unlinks it. Listings hide the transitional name and
+its targets while it is there, and finish one older than ``FINISH_AFTER``
+(its splitter was killed). Two windows remain: a lister finishes a split
+whose splitter stopped for more than ``FINISH_AFTER`` between its links and
+its unlink (harmless: every link and unlink tolerates the other's), and a
+directory listing that raced the commit may show a target beside its
+source's absence, as a listing may miss a renamed name (docs/format.md).
 """
 
 from __future__ import annotations
@@ -37,8 +47,10 @@ from collections.abc import Callable, Hashable, Iterable
 from .. import _meter as meter
 from .._errors import QueueClosed, QueueNotFound
 from .._names import NEW_SUFFIX, validate_queue_name
-from ._base import Changes, Store, TooLarge
+from . import _moves
+from ._base import Changes, Names, Store, TooLarge
 from ._inotify import DirectoryFeed, open_feed
+from ._splits import SPLIT_SUFFIX, split_targets, transitional
 
 _RENAME_NOREPLACE = 1
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
@@ -97,6 +109,10 @@ class LocalStore(Store):
         self._opened: tuple[str, int, int] | None = None
         self._checked_at = -math.inf
         self._gone: str | None = None  # why the directory open is no longer the queue
+        #: The wall clock that ages a split left by a killed splitter (its
+        #: transitional name's ``ctime``); tests inject one.
+        self.clock: Callable[[], float] = time.time
+        self._repaired: Names = []  # splits that listings finished
 
     # -- container -------------------------------------------------------
     def ensure(self, create: bool) -> bool:
@@ -178,14 +194,72 @@ class LocalStore(Store):
     @meter.metered("list")
     def list(self, *, prefix: str = "", settle: bool = False) -> list[str]:
         """One ``scandir`` of the directory, read whole (the files' types come
-        with the entries: no ``stat``)."""
+        with the entries: no ``stat``).
+
+        A split under way is hidden with its targets (its transitional name is
+        never shown); one older than ``FINISH_AFTER`` is finished and its
+        targets shown. With ``settle`` nothing is finished and the targets of
+        every split are shown once each, linked yet or not."""
         self.check_place()
         with os.scandir(self.fd) as entries:
-            return [
-                e.name
-                for e in entries
-                if e.name.startswith(prefix) and e.is_file(follow_symlinks=False)
-            ]
+            files = [e.name for e in entries if e.is_file(follow_symlinks=False)]
+        splits = {
+            name: found
+            for name in files
+            if name.endswith(SPLIT_SUFFIX) and (found := split_targets(name))
+        }
+        if splits:
+            files = self._settle_splits(files, splits, settle)
+        return [name for name in files if name.startswith(prefix)]
+
+    def _settle_splits(
+        self, files: Names, splits: dict[str, tuple[str, str]], settle: bool
+    ) -> Names:
+        """``files`` without the splits' transitional names, and their targets
+        hidden, shown (``settle``) or finished (split older than ``FINISH_AFTER``)."""
+        hidden, shown = set(splits), set[str]()
+        for name, targets in splits.items():
+            if settle:
+                shown.update(targets)
+            elif self._abandoned(name) and self._finish_split(name, targets):
+                self._repaired.append(name)
+                shown.update(targets)
+            else:
+                hidden.update(targets)
+        kept = [name for name in files if name not in hidden and name not in shown]
+        return kept + sorted(shown)
+
+    def _abandoned(self, transitional_name: str) -> bool:
+        """Whether a split's last link is older than ``FINISH_AFTER`` (gone: no)."""
+        try:
+            changed = os.stat(transitional_name, dir_fd=self.fd, follow_symlinks=False).st_ctime
+        except FileNotFoundError:
+            return False
+        return self.clock() - changed > _moves.FINISH_AFTER
+
+    def _finish_split(self, transitional_name: str, targets: tuple[str, str]) -> bool:
+        """Link the targets and unlink the transitional name; whether this did it."""
+        fd = self.fd
+        for target in targets:
+            with contextlib.suppress(FileExistsError, FileNotFoundError):
+                os.link(
+                    transitional_name, target, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False
+                )
+        try:
+            os.unlink(transitional_name, dir_fd=fd)
+        except FileNotFoundError:
+            return False  # finished by its splitter or another lister: the next listing shows it
+        return True
+
+    def splits(self) -> Names:
+        """The transitional names of the splits in the directory (for deleting a queue)."""
+        self.check_place()
+        return [name for name in os.listdir(self.fd) if split_targets(name)]
+
+    def take_repairs(self) -> Names:
+        """The transitional names of killed splitters' splits that listings finished."""
+        repaired, self._repaired = self._repaired, []
+        return repaired
 
     @meter.metered("read")
     def read(self, name: str) -> bytes:
@@ -263,8 +337,23 @@ class LocalStore(Store):
 
     @meter.metered("rename")
     def rename(self, src: str, dst: str) -> None:
+        self._check_source(src)
+        self._rename(src, dst)
+
+    @meter.metered("rename")
+    def split(self, src: str, first: str, second: str) -> None:
+        """A rename to the transitional name (the commit), two links, an unlink;
+        a link or unlink that finds a finisher got there first is done."""
+        self._check_source(src)
+        middle = transitional(first, second)
+        self._rename(src, middle)
+        self._finish_split(middle, (first, second))
+
+    def _check_source(self, src: str) -> None:
         if "." in src and not src.endswith(NEW_SUFFIX):  # a held name, maybe from a receipt
             self._check_file(src)
+
+    def _rename(self, src: str, dst: str) -> None:
         if self._noreplace:
             fd = self.fd
             if _renameat2(fd, src.encode(), fd, dst.encode(), _RENAME_NOREPLACE) == 0:  # type: ignore[misc]

@@ -92,6 +92,19 @@ class MemoryStore(Store):
             names[dst] = names.pop(src)
             self._bump()
 
+    def split(self, src: str, first: str, second: str) -> None:
+        """Atomic under the lock: ``FileNotFoundError`` if ``src`` is gone,
+        ``FileExistsError`` if a target exists; either way nothing changed."""
+        with self._spaces.changed:
+            names = self._names
+            if src not in names:
+                raise FileNotFoundError(src)
+            for target in (first, second):
+                if target in names:
+                    raise FileExistsError(target)
+            names[first] = names[second] = names.pop(src)
+            self._bump()
+
     def delete(self, name: str, *, known: bool = False) -> None:
         with self._spaces.changed:
             try:

@@ -4,10 +4,11 @@
 by operation"):
 
 1. creates the *move marker* ``S.moved`` (content: ``D`` and a token unique to
-   this attempt) with an exclusive create. This is the commit point: of any
+   this attempt; a split's names both its targets, ``"D1 D2"``) with an
+   exclusive create. This is the commit point: of any
    number of clients moving or deleting ``S``, exactly one creates the marker.
    From now on ``S`` is hidden from listings;
-2. copies ``S`` to ``D`` on the server;
+2. copies ``S`` to ``D`` on the server (a split: to both targets, side by side);
 3. deletes ``S``, in one batch with those of this client's earlier deletions
    that fit in the same requests.
 
@@ -49,6 +50,10 @@ COMMIT_ATTEMPTS = 3
 
 #: Names of objects (``list`` is a method name in the store).
 Names = list[str]
+#: The targets of a move: one (a rename), two (a split) or none (a delete).
+Targets = tuple[str, ...]
+#: Targets one marker may name: a split's two.
+MAX_TARGETS = 2
 
 
 def os_error(outcome: Outcome[None]) -> OSError | None:
@@ -84,10 +89,22 @@ class ObjectMoves(Store):
         if error is not None:
             raise error
 
+    def split(self, src: str, first: str, second: str) -> None:
+        """A move to two targets: one marker naming both (the commit), two
+        copies side by side, then the batched delete of ``src`` (which may
+        carry held-back deletions, as a claim's does)."""
+        error = self._move_batch([(src, (first, second))])[0]
+        if error is not None:
+            raise error
+
     def rename_batch(self, moves: Sequence[tuple[str, str]]) -> Outcomes:
         """Commit and copy every move side by side (up to the adapter's
         :attr:`~ObjectIO.in_flight`), then delete all their sources with one
         batch: each target is returned only once its source is gone."""
+        return self._move_batch([(src, (dst,)) for src, dst in moves])
+
+    def _move_batch(self, moves: Sequence[tuple[str, Targets]]) -> Outcomes:
+        """:meth:`rename_batch` of moves to one target or more each."""
         copied = fan_out(self._commit_and_copy, moves, self.batch_width)
         errors = [os_error(future) for future in copied]
         sources = [src for (src, _), error in zip(moves, errors, strict=True) if error is None]
@@ -100,21 +117,25 @@ class ObjectMoves(Store):
                     self._spend(src + MOVED_SUFFIX)
         return errors
 
-    def _commit_and_copy(self, move: tuple[str, str]) -> None:
-        """The first two steps of a move: its marker (the commit), then the copy."""
-        src, dst = move
+    def _commit_and_copy(self, move: tuple[str, Targets]) -> None:
+        """The first two steps of a move: its marker (the commit), then the
+        copies (side by side)."""
+        src, targets = move
         marker = src + MOVED_SUFFIX
         started = self._durations()
-        self._ages.creating(dst)  # before the commit: a lister may finish the move
+        for dst in targets:  # before the commit: a lister may finish the move
+            self._ages.creating(dst)
         try:
-            self._commit(marker, dst)  # FileNotFoundError: another client moved it
+            self._commit(marker, " ".join(targets))  # FileNotFoundError: another client moved it
         except FileNotFoundError:
-            self._ages.not_created(dst)
+            self._not_created(targets)
             raise
         try:
-            self.io.copy(src, dst)
+            for outcome in fan_out(lambda dst: self.io.copy(src, dst), targets, len(targets)):
+                if (error := os_error(outcome)) is not None:
+                    raise error
         except FileNotFoundError:
-            self._ages.not_created(dst)
+            self._not_created(targets)
             self._spend(marker)
             if self._durations() - started >= FINISH_AFTER / 2:
                 # A lister may have finished our own move while we stalled:
@@ -122,6 +143,10 @@ class ObjectMoves(Store):
                 # and ``dst`` may since have moved on, so no read can tell.
                 raise OutcomeUnknown(f"{src}: the outcome of a slow move is unknown") from None
             raise  # gone before our marker was made: another client moved it
+
+    def _not_created(self, targets: Targets) -> None:
+        for dst in targets:
+            self._ages.not_created(dst)
 
     def delete(self, name: str, *, known: bool = False) -> None:
         """Delete a message name, exclusively with every move of it.
@@ -194,22 +219,28 @@ class ObjectMoves(Store):
         raise error
 
     # -------------------------------------------------------------- changes
-    def _marker_target(self, marker: str, source: str) -> str | None:
-        """The target a marker names: a message name of the source's id, or ``''``
-        for a delete; ``None`` if the marker is not one of ours.
-        ``FileNotFoundError`` if it is gone (spent: its source is gone)."""
-        target = self.io.get(marker).decode("utf-8", "replace").partition("\n")[0]
-        if target == "" or (
+    def _marker_targets(self, marker: str, source: str) -> Targets | None:
+        """The targets a marker names: one (a rename) or two (a split) message
+        names of the source's core, none for a delete; ``None`` if the marker
+        is not one of ours. ``FileNotFoundError`` if it is gone (spent: its
+        source is gone)."""
+        line = self.io.get(marker).decode("utf-8", "replace").partition("\n")[0]
+        targets = tuple(line.split(" ")) if line else ()
+        if len(targets) <= MAX_TARGETS and all(
             names.parse(target) and target[: names.ID_LEN] == source[: names.ID_LEN]
+            for target in targets
         ):
-            return target
+            return targets
         log.warning("%s: %s is not a marker of vsqs; %s stays hidden", self.url, marker, source)
         return None
 
-    def _finish(self, source: str, target: str, *, copied: bool) -> bool:
-        """Complete a committed move (or delete) of ``source``; whether it is gone now."""
+    def _finish(self, source: str, targets: Targets, present: set[str]) -> bool:
+        """Complete a committed move, split or delete of ``source`` (copies to
+        the targets not in ``present``, then the delete); whether it is gone now."""
         try:
-            if target and not copied:
+            for target in targets:
+                if target in present:
+                    continue
                 try:
                     self.io.copy(source, target)
                 except FileNotFoundError:
@@ -219,7 +250,8 @@ class ObjectMoves(Store):
         except OSError as exc:
             log.warning("%s: could not finish the move of %s: %s", self.url, source, exc)
             return False
-        log.warning("%s: finished the move of %s to %s", self.url, source, target or "nowhere")
+        where = " and ".join(targets) or "nowhere"
+        log.warning("%s: finished the move of %s to %s", self.url, source, where)
         with self._lock:
             self._repaired.append(source)
         self._spend(source + MOVED_SUFFIX, repaired=True)

@@ -15,8 +15,8 @@ A store's test module subclasses the suites and provides one fixture,
 * :class:`QueueTests` runs the whole :class:`vsqs.Queue` API on the store;
 * :class:`StoreTests` checks the :class:`vsqs.Store` contract on the store
   itself: exclusive creates, exact reads, no-replace renames of which exactly
-  one of many racing wins, deletes, listings, change tokens, siblings and
-  thread safety;
+  one of many racing wins, splits, deletes, listings, change tokens,
+  siblings and thread safety;
 * :class:`FakeClock` is the clock the suites inject (fixture ``clock``).
 
 Both take ``known_failures``: ``{test name: reason}`` of tests the store is
@@ -39,6 +39,7 @@ pytest.register_assert_rewrite(
         f"vsqs.testing.{module}"
         for module in (
             "_queue_admin",
+            "_queue_bundles",
             "_queue_config",
             "_queue_dedup",
             "_queue_flow",
@@ -46,6 +47,8 @@ pytest.register_assert_rewrite(
             "_queue_receipts",
             "_queue_tests",
             "_queue_worker",
+            "_store_splits",
+            "_store_support",
             "_store_tests",
             "_suite",
         )

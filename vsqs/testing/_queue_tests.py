@@ -10,6 +10,7 @@ import vsqs
 
 from ._clock import FakeClock
 from ._queue_admin import AdminTests
+from ._queue_bundles import BundleTests
 from ._queue_config import ConfigTests
 from ._queue_dedup import AttributeTests, DedupTests
 from ._queue_flow import FlowTests
@@ -23,6 +24,7 @@ class QueueTests(
     Suite,
     FlowTests,
     ReceiptTests,
+    BundleTests,
     AdminTests,
     ConfigTests,
     WorkerTests,
