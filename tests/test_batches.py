@@ -92,7 +92,7 @@ def test_a_batch_sends_its_requests_side_by_side(
         gate = Gate(match, timeout=PATIENCE)
         if action == "send":
             s3_proxy.gate = gate
-        q.send_batch(bodies)
+        q.send_batch(bodies, bundle=False)
         if action == "receive":
             s3_proxy.gate = gate
         got = q.receive_batch(10)
@@ -116,7 +116,9 @@ def test_a_batch_being_sent_is_not_received_in_part(
         vsqs.Queue(url, storage_options=s3_server.storage_options) as consumer,
     ):
         sent: list[str] = []
-        sender = threading.Thread(target=lambda: sent.extend(producer.send_batch(bodies)))
+        sender = threading.Thread(
+            target=lambda: sent.extend(producer.send_batch(bodies, bundle=False))
+        )
         sender.start()
         try:
             assert hold.held.wait(PATIENCE)
@@ -143,7 +145,7 @@ def test_send_batch_returns_each_bodys_id_when_a_create_is_sent_again(
         s3_proxy.arm("500", at=3, where=lambda method, path: method == "PUT" and bool(
             names.parse(target(path))
         ))  # fmt: skip
-        ids = q.send_batch(bodies)
+        ids = q.send_batch(bodies, bundle=False)
         assert any(e.fault == "500" for e in s3_proxy.exchanges)
         s3_proxy.disarm()
         got = {m.id: m.body for m in q.receive_batch(10)}
@@ -154,7 +156,7 @@ def test_the_claims_of_a_batch_delete_their_sources_with_one_request(
     s3_server: Server,
 ) -> None:
     with vsqs.Queue(s3_server.url(), storage_options=s3_server.storage_options) as q:
-        q.send_batch([b"%d" % i for i in range(10)])
+        q.send_batch([b"%d" % i for i in range(10)], bundle=False)
         q.receive()  # lists, and leaves nine candidates
         store = q.store
         assert isinstance(store, ObjectStore)
@@ -247,10 +249,14 @@ def test_two_batches_of_one_queue_at_once_are_each_shown_whole() -> None:
         first_ids: list[str] = []
         second_ids: list[str] = []
         first = threading.Thread(
-            target=lambda: first_ids.extend(producer.send_batch([b"a%d" % i for i in range(5)]))
+            target=lambda: first_ids.extend(
+                producer.send_batch([b"a%d" % i for i in range(5)], bundle=False)
+            )
         )
         second = threading.Thread(
-            target=lambda: second_ids.extend(producer.send_batch([b"b%d" % i for i in range(5)]))
+            target=lambda: second_ids.extend(
+                producer.send_batch([b"b%d" % i for i in range(5)], bundle=False)
+            )
         )
         first.start()
         try:

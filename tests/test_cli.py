@@ -32,7 +32,7 @@ def test_send_from_arguments_stdin_and_file_then_receive_as_json(tmp_path: Path)
     got = json_lines(ok("receive", q, "--max", "10", "--json"))
     assert [m["body"] for m in got] == ["one", "two", "three", "four", "five", "", "seven"]
     assert [m["id"] for m in got] == ids
-    assert all(m["receive_count"] == 1 and m["receipt"].startswith(m["id"]) for m in got)
+    assert all(m["receive_count"] == 1 and m["receipt"] for m in got)
     receipts = "".join(m["receipt"] + "\n" for m in got)
     ok("delete", q, "-", input=receipts)
     assert vsqs.Queue(q).stats().in_flight == 0

@@ -554,7 +554,7 @@ def test_a_batch_whose_groups_head_lapsed_gives_back_the_rest_of_the_group(
     it are not delivered before it (simulation seed 197), nor claimed after."""
     store = Stalling(clock, 0.7)  # past the timeout, not long enough for a new listing
     q = vsqs.Queue(store, clock=clock)
-    a1, a2 = q.send_batch([b"a1", b"a2"], group="a")
+    a1, a2 = q.send_batch([b"a1", b"a2"], group="a", bundle=False)  # a1's read stalls alone
     b1 = q.send(b"b1", group="b")
     clock.advance(1)  # no name young: one listing is enough
     store.reading = a1

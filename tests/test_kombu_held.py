@@ -72,7 +72,7 @@ def queue(store: Renames, clock: FakeClock) -> vsqs.Queue:
 
 def hold(held: Held, queue: vsqs.Queue, *bodies: bytes) -> list[vsqs.Message]:
     """Send ``bodies``, receive them for VT and hold each under its body as tag."""
-    queue.send_batch(list(bodies))
+    queue.send_batch(list(bodies), bundle=False)
     got = queue.receive_batch(len(bodies), visibility_timeout=VT)
     assert [m.body for m in got] == list(bodies)
     for message in got:

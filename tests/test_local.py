@@ -313,7 +313,7 @@ q = vsqs.Queue(sys.argv[1], durable=sys.argv[2] == "durable")
 # Files of this process may not grow past 4 KiB (Python ignores SIGXFSZ: EFBIG).
 resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
 try:
-    q.send_batch([b"a", b"b", b"c" * 8192, b"d"])
+    q.send_batch([b"a", b"b", b"c" * 8192, b"d"], bundle=False)  # one file each
 except vsqs.VsqsError as exc:
     sys.stdout.buffer.write(pickle.dumps(exc))
 """

@@ -107,7 +107,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule(bodies=st.lists(BODIES, max_size=4))
     def send_batch(self, bodies: list[bytes]) -> None:
-        ids = self.queue.send_batch(bodies)
+        ids = self.queue.send_batch(bodies, bundle=False)  # the model: an object per message
         assert len(ids) == len(bodies) and ids == sorted(ids)
         for message_id, body in zip(ids, bodies, strict=True):
             self.messages[message_id] = Model(message_id, body)

@@ -202,7 +202,7 @@ def test_unreadable_messages_at_the_head_never_hide_the_messages_behind(
         vsqs.Queue(store, clock=clock) as healthy,
         vsqs.Queue(ObjectStore(failing), clock=clock) as q,
     ):
-        *bad, good = healthy.send_batch([b"x", b"y", b"z", b"good"])
+        *bad, good = healthy.send_batch([b"x", b"y", b"z", b"good"], bundle=False)
         failing.ids = set(bad)
         got = None
         for _ in range(len(bad) + 1):  # each failed read raises once, then is passed over
@@ -220,7 +220,7 @@ def test_a_get_that_fails_after_a_claim_gives_the_claim_back(server: Server) -> 
     failing = FailingGets(store.io)
     clock = FakeClock(time.time())
     healthy, client = open_pair(store, ObjectStore(failing), clock, True)
-    sent = healthy.send_batch([b"a", b"b", b"c"])
+    sent = healthy.send_batch([b"a", b"b", b"c"], bundle=False)
     failing.ids = {sent[1]}
     # Claimed side by side: the bodies read are returned, the other given back.
     assert [m.id for m in client.receive_batch(10)] == [sent[0], sent[2]]

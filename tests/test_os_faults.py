@@ -248,7 +248,7 @@ def test_a_read_that_fails_after_the_claim_gives_the_claim_back(
     faulty.injector = injector
     config: dict[str, Any] = {"clock": clock, "max_receives": 1, "dead_letter": "dlq"}
     with vsqs.Queue(faulty, **config) as q, vsqs.Queue(tmp_path / "q", clock=clock) as other:
-        sent = q.send_batch([b"a", b"b", b"c"])
+        sent = q.send_batch([b"a", b"b", b"c"], bundle=False)
         injector.armed = True
         if claims == 1:
             with pytest.raises(vsqs.StorageError, match=os.strerror(errno.EMFILE)):

@@ -624,7 +624,7 @@ def test_27_also_a_failed_non_durable_send_batch_says_which_it_sent_local(
     q = vsqs.Queue(str(tmp_path / "q"), durable=False)
     bodies = [b"a", b"b", b"c" * 100_000, b"d"]
     with file_size_limit(50_000), pytest.raises(vsqs.VsqsError) as caught:
-        q.send_batch(bodies)
+        q.send_batch(bodies, bundle=False)
     sent = caught.value.sent  # type: ignore[attr-defined]
     received = drained(q)
     assert [m.id for m in received] == list(sent)
@@ -647,7 +647,7 @@ def a_failed_send_batch_says_which_it_sent(url: str, options: dict[str, Any] | N
     io.before["create"] = refuse
     q = vsqs.Queue(ObjectStore(io), durable=False)
     with pytest.raises(vsqs.VsqsError) as caught:
-        q.send_batch([b"a", b"b", b"c", b"d"])
+        q.send_batch([b"a", b"b", b"c", b"d"], bundle=False)
     sent = caught.value.sent  # type: ignore[attr-defined]
     received = drained(vsqs.Queue(url, storage_options=options))
     assert b"c" not in [m.body for m in received]
@@ -719,7 +719,7 @@ def fast_lister_leaves_a_live_batch_marker_alone(url: str, options: Options, off
 
     io.before["create"] = hold_m0
     io.after["create"] = landed
-    vsqs.Queue(ObjectStore(io)).send_batch([b"m0", b"m1"])
+    vsqs.Queue(ObjectStore(io)).send_batch([b"m0", b"m1"], bundle=False)
     assert m1_landed.is_set()
     assert seen == [], f"a batch under way was shown in part: {seen}"
     assert [m.body for m in drained(fast)] == [b"m0", b"m1"]
@@ -937,7 +937,9 @@ def two_batches_of_one_queue_at_once_are_each_shown_whole(url: str, options: Opt
     def before(name: str, data: bytes) -> None:
         if data == b"a0":  # batch a drew its ids; its first create is held
             assert later_a.wait(HUNG)
-            thread, _ = in_thread(lambda: sender.send_batch([b"b0", b"b1", b"b2", b"b3"]))
+            thread, _ = in_thread(
+                lambda: sender.send_batch([b"b0", b"b1", b"b2", b"b3"], bundle=False)
+            )
             batch_b.append(thread)
             assert b_marker.wait(HUNG) and later_b.wait(HUNG)
             seen.extend(m.body for m in receiver.receive_batch(10))
@@ -956,7 +958,7 @@ def two_batches_of_one_queue_at_once_are_each_shown_whole(url: str, options: Opt
 
     io.before["create"] = before
     io.after["create"] = after
-    sender.send_batch([b"a0", b"a1", b"a2", b"a3"])
+    sender.send_batch([b"a0", b"a1", b"a2", b"a3"], bundle=False)
     batch_b[0].join(HUNG)
     assert seen == [], f"a batch under way was shown in part: {seen}"
     bodies = [m.body for m in drained(receiver)]
@@ -1034,7 +1036,7 @@ def one_failed_get_keeps_the_rest_of_a_batch(url: str, options: Options) -> None
     q = vsqs.Queue(
         url, storage_options=options, max_receives=1, dead_letter="dlq", visibility_timeout=3600
     )
-    q.send_batch([b"m0", b"m1", b"m2"])
+    q.send_batch([b"m0", b"m1", b"m2"], bundle=False)
     io, inner = wrapped(url, options)
 
     def fail_m1(name: str) -> None:

@@ -81,7 +81,7 @@ def test_a_registered_scheme_serves_queues(registered: None, tmp_path: Path) -> 
     options = {"root": str(tmp_path / "data")}
     with vsqs.Queue("thirdparty://bucket/jobs", storage_options=options) as q:
         assert q.url == "thirdparty://bucket/jobs"
-        sent = q.send_batch([b"one", b"two"])
+        sent = q.send_batch([b"one", b"two"], bundle=False)
         msg = q.receive()
         assert msg is not None and (msg.id, msg.body) == (sent[0], b"one")
         msg.delete()

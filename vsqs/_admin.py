@@ -158,7 +158,10 @@ def purge(store: Store, progress: Progress | None) -> int:
     with storage_errors(f"purging {store.url}"):
         found, origins = inspect.scan(store, 0)
         doomed = [e for e in found if e.is_message]
-        for done, entry in enumerate(doomed, 1):
+        total = sum(names.message_count(e.parsed.id) for e in doomed)  # a part holds several
+        done = 0
+        for entry in doomed:
+            done += names.message_count(entry.parsed.id)
             with suppress(FileNotFoundError):
                 store.delete(entry.name, known=True)
                 removed += names.message_count(entry.parsed.id)
@@ -166,7 +169,7 @@ def purge(store: Store, progress: Progress | None) -> int:
                 # (not those of a message whose delete lost a race: it lives on).
                 remove_records(store, origins.pop(entry.parsed.id, ()))
             if progress is not None:
-                progress(done, len(doomed))
+                progress(done, total)
         store.flush()
     log.info("%s: purged %d messages", store.url, removed)
     return removed

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from . import _forks
+from . import _meter as meter
 from . import _names as names
 from ._bundle import members
 from ._errors import InvalidReceipt, ReceiptExpired, storage_errors
@@ -175,15 +176,17 @@ class Parts:
             parsed = here.parsed
             rest = [p for p in names.members_of(parsed.id) if p not in gone]
             new = _renamed(parsed, rest, parsed.expiry_ms or 0) if rest else ""
-            with storage_errors(f"deleting from {self._url}"):
-                if new:
-                    self._store.rename(here.name, new)
-                else:
-                    self._store.delete(here.name, known=True)
+            if new:
+                self._apply(f"deleting from {self._url}", self._store.rename, here.name, new)
+            else:
+                self._apply(f"deleting from {self._url}", self._store.delete, here.name)
+            observer = meter.observer
             for place in gone:
                 message = here.messages.get(place)
                 if message is not None:
                     hold(message).done = True
+                if observer is not meter.OFF:
+                    observer.deleted(self._url, receipt_of(here.name, place), self._clock.now_ms)
             if new:
                 self._moved(here.name, new, parsed.expiry_ms or 0)
             else:
@@ -213,27 +216,44 @@ class Parts:
             rest = [p for p in names.members_of(parsed.id) if p not in moving]
             moved = _renamed(parsed, moving, expiry_ms)
             kept = _renamed(parsed, rest, parsed.expiry_ms or 0) if rest else ""
-            with storage_errors(f"{what} in {self._url}"):
-                if kept:
-                    self._store.split(here.name, moved, kept)
-                else:
-                    self._store.rename(here.name, moved)
+            if kept:
+                self._apply(f"{what} in {self._url}", self._store.split, here.name, moved, kept)
+            else:
+                self._apply(f"{what} in {self._url}", self._store.rename, here.name, moved)
             self._moved(here.name, moved, expiry_ms)
             if kept:
                 self._moved(here.name, kept, parsed.expiry_ms or 0)
             after = Part(moved)
             for place in moving:
                 message = here.messages.pop(place, None)
-                if message is not None:
+                if message is None:
+                    continue
+                if holds:
                     after.messages[place] = message
                     hold(message).part = after
                     out.append(message)
-            after.renamed(moved, moving if holds else ())
+                else:  # let go: its receipt stays the name it had, no longer current
+                    hold(message).part = Part(here.name)
+                    hold(message).done = True
+            after.renamed(moved, moving)
             here.renamed(kept or here.name, rest)
 
         with part.lock:
             stale = self._where_current(part, places, change)
         return out, stale
+
+    @staticmethod
+    def _apply(what: str, change: Callable[..., None], *args: str) -> None:
+        """One change of the store: ``FileNotFoundError`` and ``FileExistsError``
+        as they are (the name moved on), any other ``OSError`` as a
+        :class:`~vsqs.StorageError` about ``what``."""
+        try:
+            change(*args)
+        except (FileNotFoundError, FileExistsError):
+            raise
+        except OSError:
+            with storage_errors(what):
+                raise
 
     def _where_current(
         self, part: Part, places: Sequence[int], change: Callable[[Part, list[int]], None]

@@ -341,7 +341,7 @@ class Claims(View):
                 failure = failure or exc
                 continue
             later.append((plan.held, plan.expiry_ms))
-            origin = origins.get(plan.id, ())
+            origin = origins.get(plan.id, ()) or _bundle_records(origins, plan.id)
             out.append(Claim(plan.id, plan.held, plan.receive_count, plan.expiry_ms, body, origin))
         if unread:
             later.extend(self._give_back([(plan.held, _count_before(plan)) for plan in unread]))
@@ -460,6 +460,15 @@ def _admit(
         deferred.append(name)
         return False
     return c.admit(name, token, mine)
+
+
+def _bundle_records(origins: dict[str, names.Records], part_id: str) -> names.Records:
+    """The origin records of a part's bundle (written under the id of the part
+    that was moved in, which may have been split since)."""
+    if not names.is_bundle(part_id):
+        return ()
+    core = names.lineage(part_id)
+    return tuple(r for of, records in origins.items() if names.lineage(of) == core for r in records)
 
 
 def _count_before(plan: Plan) -> int:

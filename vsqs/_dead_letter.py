@@ -325,7 +325,8 @@ class DeadLetters:
             origin.receive_count,
             dlq.url,
         )
-        meter.observer.dead_lettered(self._source.url)
+        for _ in range(names.message_count(parsed.id)):  # a part's messages, each
+            meter.observer.dead_lettered(self._source.url)
         if parsed.group is not None and self._blocks():
             blocker = names.next_name(parsed, names.MAX_EXPIRY_MS, parsed.receive_count)
             self._source.rename(held, blocker)
@@ -438,7 +439,7 @@ def _orphan_origins(store: Store) -> set[str]:
     for name in store.list(settle=True):
         parsed = names.parse(name)
         if parsed is not None:
-            ids.add(parsed.id)
+            ids.add(names.lineage(parsed.id))  # a part's record is its bundle's
         else:
             names.note_origin(records, name)
-    return {name for record_of, of in records.items() if record_of not in ids for name in of}
+    return {name for of_id, of in records.items() if names.lineage(of_id) not in ids for name in of}

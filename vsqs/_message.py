@@ -87,9 +87,14 @@ def read_record(store: Store, name: str) -> DeadLettered | None:
 
 
 def find_records(store: Store, message_id: str) -> names.Records:
-    """The names of the origin records of ``message_id``, from one listing of its names."""
+    """The names of the origin records of ``message_id`` (or of the bundle
+    whose parts' ids have that core), from one listing of its names."""
     with storage_errors(f"looking for the origin of {message_id} in {store.url}"):
-        return tuple(n for n in store.list(prefix=message_id) if names.origin_id(n) == message_id)
+        return tuple(
+            n
+            for n in store.list(prefix=message_id)
+            if (of := names.origin_id(n)) is not None and names.lineage(of) == message_id
+        )
 
 
 def read_origin(store: Store, records: names.Records) -> DeadLettered | None:
@@ -226,8 +231,11 @@ class Message:
         if self._dead_lettered is _UNREAD:
             held, store = self._hold, self._hold.queue.store
             found = read_origin(store, held.origin)
-            if found is None:
-                held.origin = find_records(store, self.id)
+            if found is None:  # a part's records are its bundle's: by the core of its id
+                key = (
+                    self.id if held.part is None else names.lineage(names.id_of(self.receipt or ""))
+                )
+                held.origin = find_records(store, key)
                 found = read_origin(store, held.origin)
             self._dead_lettered = found
         record = self._dead_lettered
@@ -256,7 +264,7 @@ class Message:
         """When the message becomes visible again unless deleted or extended."""
         if self.receipt is None:
             return None
-        parsed = names.parse(self.receipt)
+        parsed = names.parse(held_name(self.receipt))
         assert parsed is not None and parsed.expiry_ms is not None
         return self._local(parsed.expiry_ms)
 
@@ -285,6 +293,12 @@ class Message:
         )
 
 
+def held_name(receipt: str) -> str:
+    """The name a receipt holds: its own, or, for a bundled message
+    (``<part's name>#<place>``), its part's."""
+    return receipt.partition("#")[0]
+
+
 def stored(message: Message) -> bytes:
     """What ``message`` is stored as (its body, or its envelope), to move it
     into another queue as it is."""
@@ -306,7 +320,9 @@ def give_back(messages: Iterable[Message]) -> None:
         held = message._hold
         if message.receipt is not None and held.give_back is not None:
             _, receipts = by_receiver.setdefault(held.give_back, (held.queue.url, []))
-            receipts.append(message.receipt)
+            name = held_name(message.receipt)  # a part, once for all its messages
+            if name not in receipts:
+                receipts.append(name)
     for take_back, (url, receipts) in by_receiver.items():
         with storage_errors(f"giving back to {url}"):
             take_back(receipts)

@@ -168,6 +168,12 @@ def members_of(message_id: str) -> list[int]:
     return [i for i in range(members.bit_length()) if members >> i & 1]
 
 
+def lineage(message_id: str) -> str:
+    """What the names of one message (or, for a part, of every part of its
+    bundle) share: the id, or a part's 35-character core."""
+    return message_id[:ID_LEN] if is_bundle(message_id) else message_id
+
+
 def message_count(message_id: str) -> int:
     """How many messages the object of ``message_id`` holds (a name's count of them)."""
     return bundle_set(message_id).bit_count() if is_bundle(message_id) else 1

@@ -110,7 +110,7 @@ class Receiver(Claims):
             )
         started = observer.clock()
         got = self._poll(max_messages, vt_ms, wait, stop, max_receives, exhausted, max_size, target)
-        observer.received(self._store.url, len(got), started)
+        observer.received(self._store.url, sum(names.message_count(c.id) for c in got), started)
         return got
 
     def _poll(

@@ -68,12 +68,16 @@ class Settler:
         items = list(msgs_or_receipts)
         parts, alone = self._by_part(items)
         targets = [self._ack_target(items[i]) for i in alone]
+        given = self._given(items)
         done, stale, failed = self._batch(self._ack, targets, [t[0] for t in targets])
         acked = self._part_batch(lambda part, places: self._parts.ack(part, places), parts, items)
         if observer is not meter.OFF:
             observer.operation(self._owner.url, "delete_batch", started)
-        done += acked[0]
-        return DeleteResult([receipt for receipt, _ in done], stale + acked[1], failed | acked[2])
+        return DeleteResult(
+            _ordered([r for r, _ in done + acked[0]], given),
+            _ordered(stale + acked[1], given),
+            failed | acked[2],
+        )
 
     def extend_batch(
         self, msgs_or_receipts: Iterable[Message | str], visibility_timeout: float, max_size: int
@@ -81,21 +85,27 @@ class Settler:
         """See :meth:`vsqs.Queue.extend_batch`."""
         vt_ms = int(seconds(visibility_timeout, "visibility_timeout") * 1000)
         items = list(msgs_or_receipts)
-        parts, alone = self._by_part(items)
+        parts, alone = self._by_part(items, bare=False)  # a bare receipt's message is made
         receipts = [self._receipt_of(items[i]) for i in alone]  # each checked first
+        given = self._given(items)
         done, stale, failed = self._batch(
-            lambda i: self.extend(items[i], visibility_timeout, max_size), alone, receipts
+            lambda i: (i, self.extend(items[i], visibility_timeout, max_size)), alone, receipts
         )
-        extended: list[Message] = [message for _, message in done]
+        extended = [found for _, found in done]
+        where = {id(item): i for i, item in enumerate(items)}
 
         def extend(part: Part, places: list[int]) -> list[int]:
             expiry = self._clock.expiry_ms(vt_ms)
-            moved, stale = self._parts.move(part, places, expiry, "extend", holds=True)
-            extended.extend(moved)
-            return stale
+            moved, missed = self._parts.move(part, places, expiry, "extend", holds=True)
+            extended.extend((where[id(m)], m) for m in moved)
+            return missed
 
         _, more_stale, more_failed = self._part_batch(extend, parts, items)
-        return ExtendResult(extended, stale + more_stale, failed | more_failed)
+        return ExtendResult(
+            [m for _, m in sorted(extended, key=lambda found: found[0])],
+            _ordered(stale + more_stale, given),
+            failed | more_failed,
+        )
 
     def release_batch(
         self, msgs_or_receipts: Iterable[Message | str], *, delay: float = 0
@@ -105,6 +115,7 @@ class Settler:
         items = list(msgs_or_receipts)
         parts, alone = self._by_part(items)
         receipts = [self._receipt_of(items[i]) for i in alone]
+        given = self._given(items)
         done, stale, failed = self._batch(
             lambda i: self.release(items[i], delay=delay), alone, receipts
         )
@@ -116,10 +127,15 @@ class Settler:
             items,
         )
         return ReleaseResult(
-            [receipt for receipt, _ in done] + [r for r, _ in released[0]],
-            stale + released[1],
+            _ordered([r for r, _ in done] + [r for r, _ in released[0]], given),
+            _ordered(stale + released[1], given),
             failed | released[2],
         )
+
+    @staticmethod
+    def _given(items: list[Message | str]) -> list[str]:
+        """Each item's receipt as given, before anything changes it."""
+        return [item if isinstance(item, str) else item.receipt or "" for item in items]
 
     def _bundled(self, item: Message | str) -> tuple[Part, int] | None:
         """The part that holds a bundled message (or that a bare receipt of one
@@ -131,20 +147,23 @@ class Settler:
             return bare_part(item)
         return None
 
-    def _by_part(self, items: list[Message | str]) -> tuple[ByPart, list[int]]:
+    def _by_part(
+        self, items: list[Message | str], *, bare: bool = True
+    ) -> tuple[ByPart, list[int]]:
         """The bundled items of a batch by part (bare receipts of one held name
-        share one), and the indexes of the others."""
+        share one; with ``bare`` false, they go with the others), and the
+        indexes of the others."""
         parts: ByPart = {}
-        bare: dict[str, Part] = {}
+        named: dict[str, Part] = {}
         alone: list[int] = []
         for i, item in enumerate(items):
             found = self._bundled(item)
-            if found is None:
+            if found is None or (not bare and not isinstance(item, Message)):
                 alone.append(i)
                 continue
             part, place = found
             if not isinstance(item, Message):
-                part = bare.setdefault(part.name, part)
+                part = named.setdefault(part.name, part)
             parts.setdefault(part, []).append((i, place))
         return parts, alone
 
@@ -177,8 +196,9 @@ class Settler:
             error = outcome.exception()
             if error is None:
                 missed = set(outcome.result())
-                done += [i for i, p in places if p not in missed]
-                stale += [i for i, p in places if p in missed]
+                for i, p in places:  # a message given twice is settled once: then stale
+                    (stale if p in missed else done).append(i)
+                    missed.add(p)
             elif isinstance(error, ReceiptExpired):
                 stale += [i for i, _ in places]
             elif isinstance(error, StorageError):
@@ -211,6 +231,11 @@ class Settler:
 
     def _receipt_of(self, msg_or_receipt: Message | str) -> str:
         """The receipt of an item of a batch, checked as a single call checks it."""
+        bundled = self._bundled(msg_or_receipt)
+        if bundled is not None:  # checked: a bundled message's own, or a bare one's
+            return (
+                msg_or_receipt if isinstance(msg_or_receipt, str) else msg_or_receipt.receipt or ""
+            )
         parsed, _ = self._held(msg_or_receipt)
         return names.receipt_name(parsed)
 
@@ -354,3 +379,16 @@ class Settler:
         if observer is not meter.OFF:
             observer.deleted(self._owner.url, receipt, self._clock.now_ms)
         self._tracker.deleted(receipt)
+
+
+def _ordered(receipts: list[str], given: list[str]) -> list[str]:
+    """``receipts`` in the order their items were given (a receipt given
+    twice keeps both places: the first of it is the one settled)."""
+    places: dict[str, list[int]] = {}
+    for i, receipt in enumerate(given):
+        places.setdefault(receipt, []).append(i)
+    out = []
+    for receipt in receipts:
+        found = places.get(receipt)
+        out.append((found.pop(0) if found else len(given), receipt))
+    return [receipt for _, receipt in sorted(out, key=lambda found: found[0])]

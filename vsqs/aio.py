@@ -80,6 +80,7 @@ class SendBatchOptions(TypedDict, total=False):
     group: str | None
     dedup_ids: Iterable[str | None] | None
     attributes: Mapping[str, str] | None
+    bundle: bool | None
 
 
 class _Mirror(Generic[_T]):

@@ -78,6 +78,15 @@ violation of the promises vsqs makes on every store:
   failed body read alone gives the claim back, uncounted, and returns what
   the batch read (issue 26, class 9); what users see of it is a receive
   count above the deliveries, and a message dead-lettered unreceived;
+* **per message, whatever the object** (issue 32): a part of a bundle is
+  one object holding many messages; every check above judges messages
+  (``Message.id``, what ``send_batch`` returned), reading each part's
+  name as the messages its set names (``parts``); a bundled message's
+  receipt is ``<its part's held name>#<place>``;
+* **a stale receipt acks nothing**: an ack that began after a receive of
+  its message with a higher receive count returned does not succeed;
+* **receive counts never go back**: a receive of a message (or the final
+  drain) that began after another in its queue returned counts more;
 * **groups and deduplication ids** (issue 29): ``fifo``'s checks (one
   holder per group, a group's order, targeted receives, groups kept, one
   message per deduplication id in its window); a send of a deduplication id
@@ -96,7 +105,7 @@ from vsqs import _names as names
 from vsqs.stores._moves import MOVED_SUFFIX
 from vsqs.stores._probe import PROBE_PREFIX
 
-from . import fifo
+from . import fifo, parts
 from .bucket import Change
 from .workload import Event
 
@@ -152,8 +161,8 @@ def _expiry(receipt: str, event: Event, store_clock: bool) -> float:
     writer's wall clock (off by ``event.skew``), or, on a store that tells its
     time (``store_clock``), on the bucket's clock as the writer measured it:
     off by the steps of its wall clock since."""
-    parsed = names.parse(receipt)
-    assert parsed is not None and parsed.expiry_ms is not None, receipt
+    parsed = parts.held_name(receipt)
+    assert parsed.expiry_ms is not None, receipt
     off = event.skew - event.measured if store_clock else event.skew
     return parsed.expiry_ms / 1000 - off
 
@@ -193,7 +202,7 @@ def judge(
     _check_counts(events, claims or [], max_receives, faulted or [], verdict)
     _check_batches(events, claims or [], born or {}, faulted or [], verdict)
     _check_one_copy_per_id(changes or [], written or {}, verdict)
-    _check_stats(events, changes or [], verdict)
+    _check_stats(events, changes or [], written or {}, verdict)
     _check_spark_writes(events, written or {}, faulted or [], verdict)
     if aliases:
         events = [replace(e, ids=[aliases.get(i, i) for i in e.ids]) for e in events]
@@ -216,6 +225,8 @@ def judge(
     excused = set(moved)
     _check_receipts(events, holds, store_clock, verdict)
     _check_holders(by_id, tolerance, excused, verdict)
+    _check_stale_acks(by_id, excused, verdict)
+    _check_counts_rise(by_id, drained, excused, verdict)
     purges = [(e.start, e.end) for e in events if e.op == "purge"]
     fifo.check_exclusive(by_id, tolerance, verdict.add, purges)
     acked = _check_acks(events, by_id, drained, excused, verdict)
@@ -246,7 +257,7 @@ def _check_receipts(
     for event in sorted(events, key=lambda e: e.end):
         if event.op not in ("delete", "extend", "release") or event.receipt is None:
             continue
-        hold = holds.get(event.receipt)
+        hold = holds.get(event.keys[0] if event.keys else event.receipt)
         if not event.ok:
             if hold is not None and event.error != "ReceiptExpired":
                 # Cut short (its outcome unknown): it may have moved the
@@ -292,6 +303,60 @@ def _check_holders(
                         f"{earlier.event.actor}'s hold (count {earlier.count}) ran until "
                         f"{earlier.end:.3f}"
                     )
+
+
+def _check_stale_acks(
+    by_id: dict[tuple[str, str], list[Hold]], excused: set[str], verdict: Verdict
+) -> None:
+    """A stale receipt acks nothing: an ack that began after a receive of its
+    message with a higher count returned (that claim landed first: the
+    receipt it used named a state gone since) cannot succeed."""
+    for (queue, message_id), holds in by_id.items():
+        if message_id in excused:
+            continue
+        for hold in holds:
+            ack = hold.acked
+            newer = [h for h in holds if h.count > hold.count and ack and h.start < ack.start]
+            if ack is not None and newer:
+                verdict.add(
+                    f"stale receipt acked: {message_id} in {queue}, received again by "
+                    f"{newer[0].event.actor} at {newer[0].start:.3f} (count {newer[0].count}), "
+                    f"acked at {ack.start:.3f} by {ack.actor} with {ack.receipt} "
+                    f"(count {hold.count})"
+                )
+
+
+def _check_counts_rise(
+    by_id: dict[tuple[str, str], list[Hold]],
+    drained: list[Drained],
+    excused: set[str],
+    verdict: Verdict,
+) -> None:
+    """A message's receive count never goes back: a receive (or the final
+    drain) that began after another of the message in its queue returned
+    counts more (a message moved between queues starts again there)."""
+    last: dict[tuple[str, str], Hold] = {}
+    for (queue, message_id), holds in by_id.items():
+        if message_id in excused:
+            continue
+        for earlier in holds:
+            for later in holds:
+                if later.event.start > earlier.event.end and later.count <= earlier.count:
+                    verdict.add(
+                        f"receive count went back: {message_id} in {queue}, count "
+                        f"{earlier.count} to {earlier.event.actor} at {earlier.start:.3f}, then "
+                        f"{later.count} to {later.event.actor} at {later.start:.3f}"
+                    )
+            if (queue, message_id) not in last or earlier.count > last[queue, message_id].count:
+                last[queue, message_id] = earlier
+    for d in drained:
+        before = last.get((d.queue, d.id))
+        if before is not None and d.count <= before.count:
+            verdict.add(
+                f"receive count went back: {d.id} drained from {d.queue} with count {d.count}, "
+                f"received with count {before.count} by {before.event.actor} at "
+                f"{before.start:.3f}"
+            )
 
 
 def _check_acks(
@@ -410,16 +475,20 @@ def _each_ack(event: Event) -> list[Event]:
         return [event]
     outcomes = event.outcomes if event.ok else ["unknown"] * len(event.acked)
     errors = {"deleted": "", "stale": "ReceiptExpired", "failed": "StorageError"}
+    keys = event.keys or event.acked  # a move's receipts are as its receive returned them
     return [
         replace(
             event,
             op="delete",
             ids=[message_id],
             receipt=receipt,
+            keys=[key],
             ok=outcome == "deleted",
             error=errors.get(outcome, event.error),
         )
-        for message_id, receipt, outcome in zip(event.ids, event.acked, outcomes, strict=True)
+        for message_id, receipt, key, outcome in zip(
+            event.ids, event.acked, keys, outcomes, strict=True
+        )
     ]
 
 
@@ -485,7 +554,8 @@ def _check_one_copy_per_id(
     """One copy per id (the module's docstring): a message name created (a
     send, a move's publish: not a copy) while a name of its id lives in its
     queue, and no delete of that name was committed (a marker with an empty
-    target: it is on its way out), is a second copy under one id."""
+    target: it is on its way out), is a second copy under one id. A part of
+    a bundle is a name of each message it holds."""
     live: dict[tuple[str, str], set[str]] = defaultdict(set)
     for at, kind, key, _ in changes:
         queue, _, name = key.rpartition("/")
@@ -495,19 +565,23 @@ def _check_one_copy_per_id(
         parsed = names.parse(name)
         if parsed is None or parsed.state == names.NEW:
             continue
-        copies = live[queue, parsed.id]
-        if kind == "delete":
-            copies.discard(name)
-            continue
-        if kind == "put" and copies - {name}:
-            verdict.add(
-                f"two copies under one id: {name} created in {queue.rpartition('/')[2]} at "
-                f"{at:.3f} while {sorted(copies)[0]} lived"
-            )
-        copies.add(name)
+        for message_id in parts.ids_in(parsed, written[f"{queue}/{name}"]):
+            copies = live[queue, message_id]
+            if kind == "delete":
+                copies.discard(name)
+                continue
+            if kind == "put" and copies - {name}:
+                verdict.add(
+                    f"two copies under one id: {message_id} created in "
+                    f"{queue.rpartition('/')[2]} as {name} at {at:.3f} while "
+                    f"{sorted(copies)[0]} lived"
+                )
+            copies.add(name)
 
 
-def _check_stats(events: list[Event], changes: list[Change], verdict: Verdict) -> None:
+def _check_stats(
+    events: list[Event], changes: list[Change], written: dict[str, bytes], verdict: Verdict
+) -> None:
     """``stats()`` reads and counts each message once (the module's docstring)."""
     lives: dict[tuple[str, str], list[list[float]]] = defaultdict(list)  # [born, gone]
     live: dict[str, list[float]] = {}
@@ -529,7 +603,8 @@ def _check_stats(events: list[Event], changes: list[Change], verdict: Verdict) -
             live.pop(key, [math.inf])[-1] = at
         elif key not in live:
             live[key] = [at, math.inf]
-            lives[queue.rpartition("/")[2], parsed.id].append(live[key])
+            for message_id in parts.ids_in(parsed, written[key]):
+                lives[queue.rpartition("/")[2], message_id].append(live[key])
     for event in events:
         for queue, counted in event.counted.items():
             here = sum(

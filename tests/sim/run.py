@@ -1,6 +1,7 @@
 """One simulated schedule: set up, run, drain, judge. ``python -m tests.sim SEED`` replays one
 (``--groups 0.6``, ``--dedups 0.4 --dedup-window 30``: with issue 29's features;
-``--strict``: on a queue whose dead letters block their groups).
+``--strict``: on a queue whose dead letters block their groups; ``--bundles 0.5
+--batch-acks 0.3``: with issue 32's bundled batches, splits and partial acks).
 
 A run is a pure function of its :class:`Plan` (seed, bucket flavour, faults
 and client mix): every random choice (the schedule, the clients' scripts,
@@ -24,11 +25,10 @@ from typing import Any
 import vsqs
 from vsqs import _names as names
 from vsqs._dead_letter import BLOCKER_CHECK
-from vsqs._envelope import unseal
 from vsqs.stores import _moves, _object, _probe
 from vsqs.stores._object import ObjectStore
 
-from . import fifo, workload
+from . import fifo, parts, workload
 from .bucket import Bucket
 from .objects import SimObjects
 from .oracle import Claim, Drained, Verdict, judge
@@ -87,6 +87,9 @@ class Plan:
     #: poison, never acknowledged at the source (so dead-lettered).
     strict_groups: bool = False
     poison: float = 0.0
+    #: How often a producer sends a bundled batch of up to 40 messages, and a
+    #: consumer receives more or fewer than a part holds (``Setup.bundles``).
+    bundles: float = 0.0
 
 
 def strict(plan: Plan) -> Plan:
@@ -212,6 +215,7 @@ def _run(plan: Plan) -> Report:
         groups=plan.groups,
         dedups=plan.dedups,
         poison=plan.poison,
+        bundles=plan.bundles,
     )
     scripts = random.Random(plan.seed ^ 0xC11E)
     roles: list[tuple[str, Callable[..., None]]] = (
@@ -233,13 +237,13 @@ def _run(plan: Plan) -> Report:
     scheduler.run()
 
     errors = [f"{a.name}: {type(a.error).__name__}: {a.error}" for a in scheduler.actors if a.error]
-    drained = _drain(scheduler, opener, queues, strict=plan.strict_groups)
+    drained = _drain(scheduler, opener, queues, errors, strict=plan.strict_groups)
     leftovers = sorted(key for key in bucket.objects if not key.endswith("/" + names.CONFIG_NAME))
     aliases = sibling_ids(bucket.written, history.events)
     src = f"{prefix}/src/"
     in_dlq, in_src = ({
-        aliases.get(i, i) for k in bucket.written if f"/{queue}/" in k
-        for i in [names.id_of(k.rpartition("/")[2])]
+        aliases.get(i, i) for k, data in bucket.written.items() if f"/{queue}/" in k
+        for i in _ids_of(k.rpartition("/")[2], data)
     } for queue in ("dlq", "src"))  # fmt: skip
     store_clock = plan.stamps != "none"
     step = plan.faults.step_by if plan.faults.step else 0.0
@@ -285,14 +289,22 @@ def _run(plan: Plan) -> Report:
     )
 
 
+def _ids_of(name: str, data: bytes) -> list[str]:
+    """The ids of the messages a key holds (a marker's, a record's: the id it starts with)."""
+    parsed = names.parse(name)
+    return [names.id_of(name)] if parsed is None else parts.ids_in(parsed, data)
+
+
 def first_keys(bucket: Bucket, prefix: str) -> dict[str, float]:
     """When each message id first had a key under ``prefix`` (its staged
-    ``.new`` aside: a staged message is not sent yet)."""
+    ``.new`` aside: a staged message is not sent yet); a part of a bundle is
+    a key of each message it holds."""
     first: dict[str, float] = {}
     for key, (at, _) in bucket.born.items():
         parsed = names.parse(key[len(prefix) :]) if key.startswith(prefix) else None
         if parsed is not None and parsed.state != names.NEW:
-            first[parsed.id] = min(at, first.get(parsed.id, at))
+            for message_id in parts.ids_in(parsed, bucket.written[key]):
+                first[message_id] = min(at, first.get(message_id, at))
     return first
 
 
@@ -300,16 +312,19 @@ def claims_of(bucket: Bucket, prefix: str) -> list[Claim]:
     """Each claim of a message under ``prefix``: a key whose receive count is
     one more than that of the message's key before it (in the order keys were
     first written), with what came after it, made by the client that created
-    its move's marker."""
-    keys: dict[str, list[tuple[float, str, names.Name, str]]] = defaultdict(list)
+    its move's marker. A message of a part of a bundle has the part's keys
+    (its claim's name is the message's receipt, ``<held name>#<place>``, and
+    its ``parsed`` the part's state under the message's own id)."""
+    keys: dict[str, list[tuple[float, str, names.Name, str, int | None]]] = defaultdict(list)
     for key, (at, writer) in bucket.born.items():
         parsed = names.parse(key[len(prefix) :]) if key.startswith(prefix) else None
         if parsed is not None and parsed.state != names.NEW:
-            keys[parsed.id].append((at, writer, parsed, key[len(prefix) :]))
+            for held in parts.held_in(parsed, bucket.written[key]):
+                keys[held.id].append((at, writer, parsed, key[len(prefix) :], held.place))
     claims = []
-    for versions in keys.values():
+    for message_id, versions in keys.items():
         versions.sort(key=lambda v: v[0])
-        for (at, writer, name, _), before, after in zip(
+        for (at, writer, name, _, place), before, after in zip(
             versions, [None, *versions], [*versions[1:], None], strict=False
         ):
             if before is not None and name.receive_count == before[2].receive_count + 1:
@@ -318,19 +333,20 @@ def claims_of(bucket: Bucket, prefix: str) -> list[Claim]:
                 # lister finishing an abandoned move) did not claim.
                 marker = bucket.born.get(f"{prefix}{before[3]}{_moves.MOVED_SUFFIX}")
                 at, writer = marker or (at, writer)
-                claims.append(Claim(names.receipt_name(name), name, at, writer, following))
+                receipt = parts.receipt_of(name, place)
+                claims.append(Claim(receipt, name._replace(id=message_id), at, writer, following))
     return claims
 
 
 def created_in(bucket: Bucket, prefix: str) -> list[tuple[float, str, bytes]]:
     """Each message name created under ``prefix`` (a send's, a publish's: not
     a copy, not a staged ``.new``), in order: (the bucket's time, its id,
-    its body)."""
+    its body); a part of a bundle creates each message it holds."""
     out = []
     for at, kind, key, _ in bucket.changes:
         parsed = names.parse(key[len(prefix) :]) if key.startswith(prefix) else None
         if kind == "put" and parsed is not None and parsed.state != names.NEW:
-            out.append((at, parsed.id, unseal(parsed.id, bucket.written[key])[0]))
+            out += [(at, h.id, h.body) for h in parts.held_in(parsed, bucket.written[key])]
     return out
 
 
@@ -345,11 +361,10 @@ def sibling_ids(written: dict[str, bytes], events: list[Event]) -> dict[str, str
     aliases = {}
     for key, data in written.items():
         parsed = names.parse(key.rpartition("/")[2])
-        if parsed is None:
-            continue
-        for original in sent.get(unseal(parsed.id, data)[0], ()):
-            if parsed.id != original and parsed.id[:19] == original[:19]:
-                aliases[parsed.id] = original
+        for held in parts.held_in(parsed, data) if parsed is not None else ():
+            for original in sent.get(held.body, ()):
+                if held.id != original and held.id[:19] == original[:19]:
+                    aliases[held.id] = original
     return aliases
 
 
@@ -367,10 +382,12 @@ def _drain(
     scheduler: Scheduler,
     opener: Callable[[str, Callable[[], float]], vsqs.Queue],
     names_: tuple[str, ...],
+    errors: list[str],
     *,
     strict: bool = False,
 ) -> list[Drained]:
-    """Long after the run, with no faults: repair, then receive and ack everything.
+    """Long after the run, with no faults: repair, then receive and ack
+    everything (an ack that raises there is one of the run's ``errors``).
 
     Each queue is listed once, ``FINISH_AFTER`` before the rest: where listings
     tell no times, that is when its leftovers start to age. ``strict``: the
@@ -390,20 +407,23 @@ def _drain(
             scheduler.bucket.now += BLOCKER_CHECK + 1 if again else 0
             before = len(drained)
             for queue, q in queues.items():
-                _drain_one(queue, q, drained)
+                _drain_one(queue, q, drained, errors)
             if len(drained) == before:
                 break
     return drained
 
 
-def _drain_one(queue: str, q: vsqs.Queue, drained: list[Drained]) -> None:
+def _drain_one(queue: str, q: vsqs.Queue, drained: list[Drained], errors: list[str]) -> None:
     q.gc()
     while batch := q.receive_batch(10, visibility_timeout=3600):
         for message in batch:
             # A dead letter shows its origin record (read before the ack removes it).
             record = message.dead_lettered is not None if queue == "dlq" else None
             drained.append(Drained(queue, message.id, message.body, message.receive_count, record))
-            message.delete()
+            try:
+                message.delete()
+            except vsqs.VsqsError as exc:
+                errors.append(f"the drain's ack of {message.id} in {queue}: {exc}")
     q.gc()
 
 
@@ -432,6 +452,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spark-writes", type=float, default=0.0, help="Spark write share")
     parser.add_argument("--groups", type=float, default=0.0, help="grouped send share")
     parser.add_argument("--dedups", type=float, default=0.0, help="dedup-id send share")
+    parser.add_argument("--bundles", type=float, default=0.0, help="bundled send_batch share")
     parser.add_argument("--dedup-window", type=float, default=300.0, help="seconds")
     parser.add_argument(
         "--strict", action="store_true",
@@ -457,6 +478,7 @@ def main(argv: list[str] | None = None) -> int:
             groups=args.groups,
             dedups=args.dedups,
             dedup_window=args.dedup_window,
+            bundles=args.bundles,
         )
         report = run(strict(plan) if args.strict else plan)
         if args.trace:

@@ -16,7 +16,11 @@ one group or a group each) and send deduplication ids (``DEDUP_IDS``:
 repeated, by a twin process at the same time, and again after a send that
 raised), and consumers now and then receive from one group only; some
 grouped messages are poison (``Setup.poison``): no consumer of the source
-acknowledges them, so they are dead-lettered. Every
+acknowledges them, so they are dead-lettered. With issue 32's bundles in
+the plan (``Setup.bundles``), producers send bundled batches of up to
+``BUNDLED`` messages, consumers receive fewer or more than a part holds
+(a split while other clients list) and settle a few held messages a step,
+so that parts are acked, extended and released in part and lapse in part. Every
 call is logged with the bucket's time before and after it and its outcome.
 """
 
@@ -49,6 +53,17 @@ GROUPS = ("red", "green", "blue")
 DEDUP_IDS = ("job-0", "job-1", "job-2", "job-3")
 #: The start of a poison message's body: its handler fails every time.
 POISON = b"poison:"
+#: With bundles in the plan: how many messages a bundled ``send_batch`` sends
+#: (at most), and how many a receive asks for now and then (fewer and more
+#: than a part holds: a receive of part of a part splits it).
+BUNDLED = 40
+RECEIVES = (2, 5, 10, 25, 50)
+#: What a bundled ``send_batch`` says of bundles (``None``: the default, on).
+BUNDLE_FLAGS = (None, None, True, False)
+
+#: A message a consumer holds, and the receipt the oracle knows it by (what
+#: its receive or last extend returned; ``Event.keys``).
+Holding = tuple[vsqs.Message, str]
 
 
 @dataclass
@@ -63,6 +78,10 @@ class Event:
     ids: list[str] = field(default_factory=list)
     bodies: list[bytes] = field(default_factory=list)
     receipt: str | None = None  # the receipt an operation used
+    #: Under which receipt the oracle knows each message a settle used (what
+    #: its receive or last extend returned): a bundled message's receipt
+    #: follows its holder's changes of its part's other messages.
+    keys: list[str] = field(default_factory=list)
     receipts: list[str] = field(default_factory=list)  # receipts it returned
     counts: list[int] = field(default_factory=list)
     skew: float = 0.0
@@ -142,6 +161,12 @@ class Setup:
     #: consumer of the source acknowledges it, so it is dead-lettered (0:
     #: never, no draw).
     poison: float = 0.0
+    #: How often a producer's step is a bundled ``send_batch`` of 2 to
+    #: ``BUNDLED`` messages (of one group, none, or runs of a few groups;
+    #: sometimes ``bundle=False``), a receive asks for ``RECEIVES``, and a
+    #: consumer's step settles up to four messages one by one (0: never,
+    #: no draw).
+    bundles: float = 0.0
 
     def body(self, actor: str) -> bytes:
         self.bodies += 1
@@ -155,6 +180,9 @@ def producer(setup: Setup, name: str, rng: random.Random, ops: int, skew: float)
         for _ in range(ops):
             if setup.dedups and rng.random() < setup.dedups:
                 _dedup_send(setup, name, rng, q)
+                continue
+            if setup.bundles and rng.random() < setup.bundles:
+                _bundled_batch(setup, name, rng, q)
                 continue
             group = _group(setup, rng)
             kind = rng.random()
@@ -182,16 +210,17 @@ def producer(setup: Setup, name: str, rng: random.Random, ops: int, skew: float)
                     bs: list[bytes] = bodies,
                     g: str | None = group,
                     own: dict[bytes, str | None] = own,
+                    bundle: bool | None = None,
                 ) -> None:
                     e.queue, e.bodies = "src", bs
                     mixed = [own.get(b, g) for b in bs]
                     if len(set(mixed)) > 1:  # else the batch's group, for every message
                         e.groups = mixed
                         items = [vsqs.Outgoing(b, group=m) for b, m in zip(bs, mixed, strict=True)]
-                        e.ids = q.send_batch(items)
+                        e.ids = q.send_batch(items, bundle=bundle)
                         return
                     e.groups = [g] * len(bs)
-                    e.ids = q.send_batch(bs, group=g)
+                    e.ids = q.send_batch(bs, group=g, bundle=bundle)
 
                 if setup.twin_batches and rng.random() < setup.twin_batches:
                     # Another thread of this Queue sends a batch at the same time.
@@ -209,6 +238,26 @@ def producer(setup: Setup, name: str, rng: random.Random, ops: int, skew: float)
                     e.ids = [q.send(b, delay=d, group=g)]
 
                 log(setup.scheduler, name, "send", send_later)
+
+
+def _bundled_batch(setup: Setup, name: str, rng: random.Random, q: vsqs.Queue) -> None:
+    """A ``send_batch`` of 2 to ``BUNDLED`` messages: of one group (or none),
+    or now and then in runs of a few groups (a bundle holds one group's
+    messages: a run each), with a flag of ``BUNDLE_FLAGS``."""
+    bodies = [setup.body(name) for _ in range(rng.randint(2, BUNDLED))]
+    groups = [_group(setup, rng)] * len(bodies)
+    if setup.groups and rng.random() < 0.3:
+        cuts = sorted(rng.sample(range(1, len(bodies)), min(2, len(bodies) - 1)))
+        for start, end in zip([0, *cuts], [*cuts, len(bodies)], strict=True):
+            groups[start:end] = [_group(setup, rng)] * (end - start)
+    flag = rng.choice(BUNDLE_FLAGS)
+
+    def send_batch(e: Event) -> None:
+        e.queue, e.bodies, e.groups = "src", bodies, groups
+        items = [vsqs.Outgoing(b, group=g) for b, g in zip(bodies, groups, strict=True)]
+        e.ids = q.send_batch(items, bundle=flag)
+
+    setup.history.log(setup.scheduler, name, "send_batch", send_batch)
 
 
 def _group(setup: Setup, rng: random.Random) -> str | None:
@@ -258,23 +307,28 @@ def _dedup_send(setup: Setup, name: str, rng: random.Random, q: vsqs.Queue) -> N
 def _twin_batch(
     setup: Setup,
     name: str,
-    send_batch: Callable[[Event, list[bytes]], None],
+    send_batch: Callable[..., None],
     bodies: list[bytes],
     twin_bodies: list[bytes],
 ) -> None:
     """``send_batch`` of ``bodies`` here and of ``twin_bodies`` in a second
-    thread of this process (the same ``Queue``) at once; then wait for it."""
+    thread of this process (the same ``Queue``) at once; then wait for it.
+    Each message in an object of its own (``bundle=False``): two batches of
+    several objects each, which batch markers keep whole (a bundle is one
+    object, shown whole by itself)."""
     scheduler, log = setup.scheduler, setup.history.log
     me = scheduler.current()
     assert me is not None
     twin = f"{name}-twin"
     other = scheduler.actor(
         twin,
-        lambda: log(scheduler, twin, "send_batch", lambda e: send_batch(e, twin_bodies)),
+        lambda: log(
+            scheduler, twin, "send_batch", lambda e: send_batch(e, twin_bodies, bundle=False)
+        ),
         skew=me.skew,
         process=me.process,
     )
-    log(scheduler, name, "send_batch", lambda e: send_batch(e, bodies))
+    log(scheduler, name, "send_batch", lambda e: send_batch(e, bodies, bundle=False))
     scheduler.join(other)
 
 
@@ -283,7 +337,7 @@ def consumer(
 ) -> None:
     scheduler, log = setup.scheduler, setup.history.log
     clock = scheduler.clock(skew)
-    held: list[vsqs.Message] = []
+    held: list[Holding] = []
     lineage: dict[str, list[int]] = {}  # message id -> expiries its receipts had
     with setup.opener(queue, clock) as q:
         for _ in range(ops):
@@ -291,14 +345,19 @@ def consumer(
                 if setup.batch_acks and len(held) > 1 and rng.random() < setup.batch_acks:
                     _ack_batch(setup, name, rng, q, held, queue)
                     continue
-                message = held.pop(rng.randrange(len(held)))
-                kept = _settle(setup, name, rng, q, message, lineage, queue)
-                if kept is not None:
-                    held.append(kept)
+                # With bundles, a step settles a few messages one by one.
+                for _settled in range(rng.randint(1, 4) if setup.bundles else 1):
+                    if held:
+                        holding = held.pop(rng.randrange(len(held)))
+                        kept = _settle(setup, name, rng, q, holding, lineage, queue)
+                        held.extend([] if kept is None else [kept])
                 continue
             vt = rng.choice(TIMEOUTS)
 
             n = rng.randint(1, 3)
+            # With bundles, now and then more or fewer than a part holds.
+            if setup.bundles and rng.random() < setup.bundles:
+                n = rng.choice(RECEIVES)
             # Now and then a receive of one group only (no draw without groups).
             group = rng.choice(GROUPS) if setup.groups and rng.random() < 0.3 else None
 
@@ -309,7 +368,7 @@ def consumer(
                 got = _received(
                     e, queue, vt, lambda: q.receive_batch(n, visibility_timeout=vt, group=group)
                 )
-                held.extend(got)
+                held.extend((m, m.receipt or "") for m in got)
                 return got
 
             for message in log(scheduler, name, "receive", receive) or ():
@@ -341,25 +400,29 @@ def _said(e: Event, result: vsqs.DeleteResult) -> None:
 
 
 def _ack_batch(
-    setup: Setup, name: str, rng: random.Random, q: vsqs.Queue, held: list[vsqs.Message], queue: str
+    setup: Setup, name: str, rng: random.Random, q: vsqs.Queue, held: list[Holding], queue: str
 ) -> None:
     """Ack two or more held messages with one ``delete_batch``, by message or
     by bare receipt, and log what its ``DeleteResult`` said of each."""
     chosen = [held.pop(rng.randrange(len(held))) for _ in range(rng.randint(2, len(held)))]
-    items: list[vsqs.Message | str] = [m if rng.random() < 0.5 else m.receipt or "" for m in chosen]
+    items: list[vsqs.Message | str] = [
+        m if rng.random() < 0.5 else m.receipt or "" for m, _ in chosen
+    ]
 
     def delete_batch(e: Event) -> None:
-        e.queue, e.ids = queue, [m.id for m in chosen]
-        e.acked = [m.receipt or "" for m in chosen]
+        e.queue, e.ids = queue, [m.id for m, _ in chosen]
+        e.acked = [m.receipt or "" for m, _ in chosen]
+        e.keys = [key for _, key in chosen]
         _said(e, q.delete_batch(items))
 
     setup.history.log(setup.scheduler, name, "delete_batch", delete_batch)
 
 
 def _expiry(receipt: str) -> int:
-    parsed = names.parse(receipt)
-    assert parsed is not None and parsed.expiry_ms is not None
-    return parsed.expiry_ms
+    """The expiry a receipt names (a bundled message's: its part's)."""
+    expiry = names.parse(receipt.partition("#")[0])
+    assert expiry is not None and expiry.expiry_ms is not None, receipt
+    return expiry.expiry_ms
 
 
 def _settle(
@@ -367,12 +430,14 @@ def _settle(
     name: str,
     rng: random.Random,
     q: vsqs.Queue,
-    message: vsqs.Message,
+    holding: Holding,
     lineage: dict[str, list[int]],
     queue: str,
-) -> vsqs.Message | None:
-    """Act on one held message; return it (with its new receipt) if still held."""
+) -> Holding | None:
+    """Act on one held message; return it (with its new receipt, the oracle's
+    key of it) if still held."""
     scheduler, log = setup.scheduler, setup.history.log
+    message, key = holding
     receipt = message.receipt
     assert receipt is not None
     me = scheduler.current()
@@ -384,16 +449,17 @@ def _settle(
 
     def record(e: Event, op: Callable[[], Any], visibility: float = 0.0) -> Any:
         e.queue, e.ids, e.receipt, e.visibility = queue, [message.id], receipt, visibility
+        e.keys = [key]
         out = op()
         if isinstance(out, vsqs.Message) and out.receipt:
             e.receipts = [out.receipt]
             lineage.setdefault(message.id, []).append(_expiry(out.receipt))
         return out
 
-    def extend(vt: float, by_receipt: bool) -> vsqs.Message | None:
+    def extend(vt: float, by_receipt: bool) -> Holding | None:
         target: vsqs.Message | str = receipt if by_receipt else message
         kept = log(scheduler, name, "extend", lambda e: record(e, lambda: q.extend(target, vt), vt))
-        return kept if isinstance(kept, vsqs.Message) else None
+        return (kept, kept.receipt or "") if isinstance(kept, vsqs.Message) else None
 
     if action < 0.25:
         log(scheduler, name, "delete", lambda e: record(e, lambda: q.delete(message)))
@@ -415,7 +481,7 @@ def _settle(
         earlier = [x for x in lineage.get(message.id, []) if x > now_ms]
         if earlier:
             return extend((rng.choice(earlier) - now_ms) / 1000, by_receipt=True)
-        return message
+        return holding
     elif action < 0.9:
         # The heartbeat race: another thread of this client extends the same
         # receipt while this one acks it.

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .. import _inspect as inspect
+from .. import _names as names
 from .._errors import QueueNotFound, VsqsError, storage_errors
 from .._queue import Queue
 from ..stores._location import without_credentials
@@ -83,8 +84,10 @@ def listing(queue: Queue) -> Listing:
     with storage_errors(f"listing {store.url}"):
         for entry in inspect.settled(store, now_ms):
             counts.add(entry)
-            if entry.is_message:
-                ids.add(entry.parsed.id)
+            if entry.is_message:  # each message of a part, as its bundle's core and place
+                message_id = entry.parsed.id
+                lineage = names.lineage(message_id)
+                ids.update(f"{lineage}#{p}" for p in names.members_of(message_id))
     return Listing(
         counts.ready,
         counts.in_flight,

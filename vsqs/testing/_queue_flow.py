@@ -79,7 +79,7 @@ class FlowTests:
             failing(store, "write_new", third_message) as failed,
             pytest.raises(vsqs.StorageError, match="injected") as raised,
         ):
-            q.send_batch(bodies)
+            q.send_batch(bodies, bundle=False)  # bundles: BundleTests
         assert len(failed) == 1
         sent = raised.value.sent
         copy = pickle.loads(pickle.dumps(raised.value))
@@ -155,7 +155,7 @@ class FlowTests:
             vsqs.Queue(store, clock=clock, max_receives=1, dead_letter="dlq") as q,
             vsqs.Queue(store, clock=clock) as other,
         ):
-            first, second, third = q.send_batch([b"a", b"b", b"c"])
+            first, second, third = q.send_batch([b"a", b"b", b"c"], bundle=False)
             with (
                 failing(store, "read_limited", lambda name: name.startswith(first)) as failed,
                 pytest.raises(vsqs.StorageError, match="injected"),
@@ -190,7 +190,7 @@ class FlowTests:
         fails one object) is given back uncounted and passed over for a
         second, then two, four...: the messages behind it are received."""
         with vsqs.Queue(store, clock=clock, max_receives=1, dead_letter="dlq") as q:
-            bad, good, later = q.send_batch([b"a", b"b", b"c"])
+            bad, good, later = q.send_batch([b"a", b"b", b"c"], bundle=False)
             with failing(store, "read_limited", lambda name: name.startswith(bad)) as failed:
                 with pytest.raises(vsqs.StorageError, match="injected"):
                     q.receive()

@@ -77,8 +77,9 @@ class GroupTests:
         claimed and read; at one it cannot take (here: its read fails, and
         it is given back) the group stops: nothing behind it passes it, and
         the other groups are received."""
-        a = q.send_batch([b"a1", b"a2", b"a3", b"a4"], group="a")
-        b = q.send_batch([b"b1", b"b2"], group="b")
+        # one object per message: a read of the third fails alone
+        a = q.send_batch([b"a1", b"a2", b"a3", b"a4"], group="a", bundle=False)
+        b = q.send_batch([b"b1", b"b2"], group="b", bundle=False)
         with failing(store, "read_limited", lambda name: name.startswith(a[2])) as failed:
             got = q.receive_batch(10)
             assert failed, "the third message of the group was never tried"
