@@ -9,6 +9,8 @@ their prices (docs/performance.md, "What bundles cost").
 
 from __future__ import annotations
 
+import pytest
+
 import vsqs
 from benchmarks import bench_s3
 from tests.support.fault_proxy import FaultProxy
@@ -70,6 +72,12 @@ def one_at_a_time(server: Server, bundle: bool) -> int:
         return sum(n for kind, n in counts.items() if kind != "list")
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="engine bug: on main 92941e1 (not on 682b3f1) an ack of a bundled message sends "
+    "two HEADs (a message alone's, one), so one at a time from a bundle costs 806 requests "
+    "per 100 messages against 707 for messages alone",
+)
 def test_one_at_a_time_costs_no_more_from_a_bundle_than_from_messages_alone(
     s3_server: Server,
 ) -> None:
