@@ -121,8 +121,8 @@ def raw_send(path: Path, count: int, durable: bool) -> float:
 
 
 def raw_send_batch(path: Path, count: int, batch: int) -> float:
-    """The ceiling of a durable batch on this disk: the same syscalls as
-    ``send_batch`` (create + write each ``.new``, one ``syncfs``, rename each,
+    """The ceiling of a durable batch of files on this disk: the same syscalls
+    as ``send_batch(bundle=False)`` (create + write each ``.new``, one ``syncfs``, rename each,
     one directory fsync) with no Python around them."""
     syncfs = vsqs.stores._local._syncfs
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
@@ -169,24 +169,28 @@ def vsqs_send(path: Path, count: int, durable: bool) -> float:
         return per_message_us(start, count)
 
 
-def vsqs_send_batch(path: Path, count: int, batch: int) -> float:
+def vsqs_send_batch(path: Path, count: int, batch: int, bundle: bool = True) -> float:
+    """Durable ``send_batch(batch)``: in bundles (one file each), or each
+    message a file of its own (``bundle=False``)."""
     with vsqs.Queue(path) as q:
         start = time.perf_counter()
         for _ in range(0, count, batch):
-            q.send_batch([BODY] * batch)
+            q.send_batch([BODY] * batch, bundle=bundle)
         return per_message_us(start, count)
 
 
-def fill(queues: list[vsqs.Queue], count: int) -> None:
-    """Fill queues (not timed), then wait until no id is young any more.
+def fill(queues: list[vsqs.Queue], count: int, bundle: bool = False) -> None:
+    """Fill queues (not timed), then wait until no id is young any more:
+    each message a file of its own, or in bundles of 100 if ``bundle``.
 
     Ids issued less than ``YOUNG_MS`` before a listing need a second listing;
     waiting past ``STALE_AFTER`` too makes the timed drain start from a backlog
     that is entirely old, as a real backlog is.
     """
+    size = 100 if bundle else 1000
     for queue in queues:
-        for start in range(0, count, 1000):
-            queue.send_batch([BODY] * min(1000, count - start))
+        for start in range(0, count, size):
+            queue.send_batch([BODY] * min(size, count - start), bundle=bundle)
     time.sleep(max(YOUNG_MS / 1000, STALE_AFTER) + 0.1)
 
 
@@ -211,6 +215,45 @@ def vsqs_drain(paths: list[Path], count: int) -> float:
     finally:
         for q in clients:
             q.close()
+
+
+def vsqs_batch_drain(path: Path, count: int, bundle: bool, size: int) -> float:
+    """``receive_batch(size)`` + ``delete_batch`` until empty, µs per message,
+    of ``count`` messages sent in bundles of 100 or each a file of its own
+    (:func:`fill`)."""
+    with vsqs.Queue(path, durable=False) as q:
+        fill([q], count, bundle)
+        start = time.perf_counter()
+        received = 0
+        while msgs := q.receive_batch(size):
+            done = q.delete_batch(msgs)
+            assert len(done.deleted) == len(msgs), done
+            received += len(msgs)
+        assert received == count, (received, count)
+        return per_message_us(start, count)
+
+
+#: The batch drains compared (variant: bundled, batch size): bundles of 100
+#: against files alone, received 100, 10 and 1 at a time.
+BATCH_DRAINS = {
+    f"{'bundles' if bundle else 'alone'}_{size}": (bundle, size)
+    for size in (100, 10, 1)
+    for bundle in (True, False)
+}
+
+
+def batch_drains(work: Workdir, count: int, repeat: int) -> dict[str, Any]:
+    """:func:`vsqs_batch_drain` of every :data:`BATCH_DRAINS` variant, and
+    the ratio of files alone to bundles for each batch size."""
+
+    def run(bundle: bool, size: int) -> Callable[[], float]:
+        return lambda: vsqs_batch_drain(work.fresh(), count, bundle, size)
+
+    result = compare({name: run(*variant) for name, variant in BATCH_DRAINS.items()}, repeat)
+    for size in (100, 10, 1):
+        result[f"alone_{size}/bundles_{size}"] = result[f"alone_{size}"] / result[f"bundles_{size}"]
+    result["messages"] = count
+    return result
 
 
 def vsqs_drain_peak_memory(path: Path, count: int) -> int:
@@ -435,7 +478,7 @@ class GroupBacklog:
         self.path, self.count = path, count
         with vsqs.Queue(path, durable=False) as q:
             for start in range(0, backlog, 1000):
-                q.send_batch([BODY] * min(1000, backlog - start), group="A")
+                q.send_batch([BODY] * min(1000, backlog - start), group="A", bundle=False)
         time.sleep(max(YOUNG_MS / 1000, STALE_AFTER) + 0.1)  # as fill(): an old backlog
 
     def alone(self, fresh: Path, targeted: bool) -> float:
@@ -467,7 +510,7 @@ class GroupBacklog:
 
 def fill_group_b(path: Path, count: int) -> None:
     with vsqs.Queue(path, durable=False) as q:
-        q.send_batch([BODY] * count, group="B")
+        q.send_batch([BODY] * count, group="B", bundle=False)
 
 
 #: Each variant behind the backlog, and its baseline (the same receive, alone).
@@ -648,11 +691,14 @@ def main(argv: list[str] | None = None) -> int:
             {
                 "single": lambda: vsqs_send(work.fresh(), n_durable, durable=True),
                 "batch": lambda: vsqs_send_batch(work.fresh(), n_durable * 10, 100),
+                "batch_alone": lambda: vsqs_send_batch(work.fresh(), n_durable * 10, 100, False),
                 "raw_single": lambda: raw_send(work.fresh(), n_durable, durable=True),
                 "raw_batch": lambda: raw_send_batch(work.fresh(), n_durable * 10, 100),
             },
             rep,
         )
+        log("receive_batch + delete_batch, bundles and files alone ...")
+        drains = batch_drains(work, n, rep)
         log(f"drain at backlog {big:,} and 1 000 ...")
         draining = compare(
             {
@@ -679,6 +725,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = {
         "workloads": {labels[key]: f for key, f in figures.items()},
         "durable_send_batch_100": batching,
+        "batch_drains": drains,
         "drain": {"backlog": big, **draining},
         "drain_peak_memory_bytes": peak,
         "long_poll_ms": {"p50": p50, "p99": p99, "max": latencies[-1], "samples": len(latencies)},
@@ -712,10 +759,16 @@ def main(argv: list[str] | None = None) -> int:
         f"µs/msg; batch is {batching['single/batch']:.1f}x faster per message"
     )
     print(
+        f"  each message a file of its own (bundle=False): {batching['batch_alone']:.1f} µs/msg, "
+        f"{batching['single/batch_alone']:.1f}x faster than send; bundles are "
+        f"{batching['batch_alone'] / batching['batch']:.1f}x faster than files alone"
+    )
+    print(
         f"  ceiling on this disk, raw syscall loops: durable single {batching['raw_single']:.1f}"
         f" µs/msg, batch of 100 {batching['raw_batch']:.1f} µs/msg: "
         f"{batching['raw_single'] / batching['raw_batch']:.1f}x"
     )
+    print_batch_drains(drains)
     print(
         f"drain µs/msg: backlog {big:,}: {draining['big']:.1f}, backlog 1 000: "
         f"{draining['small']:.1f}; ratio {draining['big/small']:.2f}"
@@ -751,6 +804,15 @@ def groups_main(args: argparse.Namespace) -> int:
     print_groups(groups)
     print_verdicts(met)
     return 0
+
+
+def print_batch_drains(drains: dict[str, Any]) -> None:
+    print(f"receive_batch(R) + delete_batch until empty, {drains['messages']} messages sent in "
+          "bundles of 100 or each a file of its own (µs/msg):")  # fmt: skip
+    for size in (100, 10, 1):
+        print(f"  R={size:<3} bundles {drains[f'bundles_{size}']:7.1f}, files alone "
+              f"{drains[f'alone_{size}']:7.1f}: bundles "
+              f"{drains[f'alone_{size}/bundles_{size}']:.2f}x faster")  # fmt: skip
 
 
 def print_verdicts(met: list[dict[str, Any]]) -> None:

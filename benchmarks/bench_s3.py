@@ -20,13 +20,22 @@ fake-gcs-server, and measures, in the same run:
   milliseconds (a same-region round trip is 10-60 ms): messages per second,
   round trips of wall time per message and requests per message of
   ``send_batch(100)``, of ``receive_batch(10)`` + ``delete_batch`` with one
-  client, and of 4 and 8 consumer processes; against the floor, a raw loop
-  that sends the same requests, as wide, through the same proxy (s3fs's
-  client, no queue logic).
+  client, and of 4 and 8 consumer processes, each message an object of its
+  own; against the floor, a raw loop that sends the same requests, as wide,
+  through the same proxy (s3fs's client, no queue logic); and of
+  ``send_batch(100)`` + ``receive_batch(100)`` + ``delete_batch`` in
+  bundles, also with no delay (what the machine costs);
+* with ``--bundles``, on every store: requests per message by kind (counted
+  by vsqs's adapter, and at the server by a proxy) and USD per million
+  messages of one client's ``send_batch(S)``, then ``receive_batch(R)`` +
+  ``delete_batch`` until empty, S/R = 100/100, 10/10, 100/10, in bundles
+  and each message an object of its own, against SQS and pawn-queue (the
+  full run includes it).
 
     python benchmarks/bench_s3.py            # default sizes, a few minutes
     python benchmarks/bench_s3.py --quick    # small sizes
     python benchmarks/bench_s3.py --rtt 20   # at a realistic latency
+    python benchmarks/bench_s3.py --bundles  # the costs of bundles, every store
     python benchmarks/bench_s3.py --json figures.json
 """
 
@@ -54,7 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.support.ceph_rgw import ceph_available, ceph_rgw
 from tests.support.fault_proxy import FaultProxy
 from tests.support.moto_server import moto_s3
-from tests.support.servers import fake_gcs
+from tests.support.servers import Server, fake_gcs, proxied
 
 BODY = b"x" * 100
 ctx = multiprocessing.get_context("spawn")
@@ -103,7 +112,7 @@ def count_requests(
     message sent as ``kind``."""
     with vsqs.Queue(fresh_url(root), storage_options=options) as q:
         protocol = q.protocol
-        q.send_batch([outgoing(kind) for _ in range(backlog)])
+        q.send_batch([outgoing(kind) for _ in range(backlog)], bundle=False)
         counts = requests_of(q)
         counts.clear()
         first = q.receive()
@@ -283,9 +292,156 @@ def consumers(options: dict[str, Any], count: int, processes: int) -> tuple[floa
     """µs per message and requests per message of ``processes`` racing consumers."""
     url = fresh_url()
     with vsqs.Queue(url, storage_options=options) as q:
-        q.send_batch([BODY] * count)
+        q.send_batch([BODY] * count, bundle=False)
     elapsed, requests = race(url, options, count, processes, batched=False)
     return elapsed / count * 1e6, requests / count
+
+
+# ------------------------------------------------------------- bundles
+#: Request prices, USD per 1 000 requests, by vsqs's kind of request (issue
+#: 32, as of :data:`PRICES_DATE`). S3 Standard, us-east-1: ``PUT``, ``COPY``,
+#: ``POST`` (a ``delete`` is one ``DeleteObjects``) and ``LIST`` 0.005;
+#: ``GET`` and ``HEAD`` 0.0004; a single ``DELETE`` is free.
+S3_PRICES = {
+    "put": 0.005, "copy": 0.005, "delete": 0.005, "list": 0.005,
+    "get": 0.0004, "head": 0.0004, "delete_one": 0.0,
+}  # fmt: skip
+#: GCS Standard: class A (insert, copy, list) 0.005, class B (get, metadata)
+#: 0.0004; deletes are free, one by one or in a batch request.
+GCS_PRICES = S3_PRICES | {"delete": 0.0}
+PRICES_DATE = "2026-11-27"
+#: SQS Standard: 0.40 USD per million requests.
+SQS_PER_MILLION_REQUESTS = 0.40
+#: pawn-queue's requests per message (conditional_write: PUT message, PUT
+#: lease, GET the lease's listing entry and the body, DELETE both, a LIST per
+#: 5 messages), priced as vsqs's on the same store.
+PAWN_QUEUE = {"put": 2.0, "get": 2.0, "delete_one": 2.0, "list": 0.2}
+#: The runs compared: (send_batch size, receive_batch size), each with and
+#: without bundles.
+BUNDLE_RUNS = ((100, 100), (10, 10), (100, 10))
+
+
+def usd_per_million(per_message: dict[str, float], prices: dict[str, float]) -> float:
+    """USD per million messages of ``per_message`` requests by kind at ``prices``."""
+    return sum(n * prices[kind] for kind, n in per_message.items()) * 1000
+
+
+def numbered(count: int) -> list[bytes]:
+    """``count`` bodies of :data:`BODY`'s length, each its own."""
+    return [f"{i:08d}".encode() + BODY[8:] for i in range(count)]
+
+
+def batch_workload(
+    url: str, options: dict[str, Any], count: int, send: int, receive: int, bundle: bool
+) -> Counter[str]:
+    """The requests of one client that sends ``count`` messages with
+    ``send_batch(send, bundle=bundle)``, then ``receive_batch(receive)`` +
+    ``delete_batch`` until empty (:func:`send_receive_ack`)."""
+    with vsqs.Queue(url, storage_options=options) as q:
+        counts = requests_of(q)
+        counts.clear()
+        send_receive_ack(q, count, send, receive, bundle)
+        return Counter(counts)
+
+
+def send_receive_ack(q: vsqs.Queue, count: int, send: int, receive: int, bundle: bool) -> None:
+    """Send ``count`` messages with ``send_batch(send, bundle=bundle)``, then
+    ``receive_batch(receive)`` + ``delete_batch`` until empty, and flush the
+    held-back deletions; check that every message came once, with its body,
+    and was deleted."""
+    bodies = numbered(count)
+    ids = [
+        i for s in range(0, count, send) for i in q.send_batch(bodies[s : s + send], bundle=bundle)
+    ]
+    got: dict[str, bytes] = {}
+    while msgs := q.receive_batch(receive):
+        assert len(msgs) <= receive
+        got |= {msg.id: msg.body for msg in msgs}
+        done = q.delete_batch(msgs)
+        assert len(done.deleted) == len(msgs), done
+    flush(q)
+    assert got == dict(zip(ids, bodies, strict=True))
+
+
+def at_server(exchanges: list[Any]) -> Counter[str]:
+    """The requests a proxy saw, by HTTP method; a listing (S3's
+    ``list-type``, GCS's ``…/o?``) as ``LIST``. A ``COPY`` is a ``PUT``."""
+    kinds: Counter[str] = Counter()
+    for exchange in exchanges:
+        path, _, query = exchange.path.partition("?")
+        listing = exchange.method == "GET" and ("list-type" in query or path.endswith("/o"))
+        kinds["LIST" if listing else exchange.method] += 1
+    return kinds
+
+
+def bundle_costs(
+    root: str, options: dict[str, Any], prices: dict[str, float], count: int
+) -> list[dict[str, Any]]:
+    """:func:`batch_workload` for each of :data:`BUNDLE_RUNS`, with bundles and
+    without, counted by vsqs's adapter and by a proxy in front of the server."""
+    endpoint = options.get("client_kwargs", {}).get("endpoint_url") or options["endpoint_url"]
+    rows = []
+    with FaultProxy(endpoint) as proxy:
+        through = proxied(Server(root, options), proxy)
+        for send, receive in BUNDLE_RUNS:
+            for bundle in (True, False):
+                proxy.arm(None)
+                counts = batch_workload(fresh_url(root), through, count, send, receive, bundle)
+                per = {kind: n / count for kind, n in sorted(counts.items())}
+                server = at_server(proxy.exchanges)
+                rows.append(
+                    {
+                        "send": send,
+                        "receive": receive,
+                        "bundle": bundle,
+                        "messages": count,
+                        "requests": per,
+                        "total": sum(per.values()),
+                        "usd_per_million": usd_per_million(per, prices),
+                        "at_server": {k: n / count for k, n in sorted(server.items())},
+                        "at_server_total": proxy.count / count,
+                    }
+                )
+    return rows
+
+
+def baselines(prices: dict[str, float]) -> dict[str, tuple[float, float]]:
+    """(requests, USD) per message of SQS and pawn-queue, USD per million."""
+    return {
+        "SQS one at a time": (3.0, 3 * SQS_PER_MILLION_REQUESTS),
+        "SQS, batches of 10": (0.3, 0.3 * SQS_PER_MILLION_REQUESTS),
+        "pawn-queue": (sum(PAWN_QUEUE.values()), usd_per_million(PAWN_QUEUE, prices)),
+    }
+
+
+def bundle_goals(rows: list[dict[str, Any]]) -> list[tuple[str, float, float]]:
+    """Issue 32's request and price goals: (goal, figure, bound), figure <= bound."""
+    row = {(r["send"], r["receive"], r["bundle"]): r for r in rows}
+    big, small = row[100, 100, True], row[100, 10, True]
+    return [
+        ("send_batch(100) + receive_batch(100) + delete_batch: requests/msg", big["total"], 0.1),
+        ("the same: USD per million messages", big["usd_per_million"], 0.30),
+        ("receive_batch(10) from bundles of 100: requests/msg", small["total"], 1.0),
+    ]
+
+
+def print_bundles(name: str, rows: list[dict[str, Any]], prices: dict[str, float]) -> None:
+    count = rows[0]["messages"]
+    print(
+        f"{name}: one client, {count} messages, send_batch(S), then receive_batch(R) + "
+        "delete_batch until empty; requests per message (vsqs's adapter, and at the server "
+        f"through a proxy) and USD per million messages at {PRICES_DATE} prices"
+    )
+    kinds = ("put", "copy", "delete", "list", "get", "head")
+    print(f"  {'S/R':>7} {'bundles':>7} " + " ".join(f"{k:>6}" for k in kinds)
+          + f" {'req/msg':>7} {'server':>7} {'USD/M':>7}")  # fmt: skip
+    for r in rows:
+        cells = " ".join(f"{r['requests'].get(k, 0):6.3f}" for k in kinds)
+        sizes, bundled = f"{r['send']:>3}/{r['receive']:<3}", "yes" if r["bundle"] else "no"
+        totals = f"{r['total']:7.3f} {r['at_server_total']:7.3f} {r['usd_per_million']:7.2f}"
+        print(f"  {sizes} {bundled:>7} {cells} {totals}")
+    for design, (requests, usd) in baselines(prices).items():
+        print(f"  {design:>15} {'':>42} {requests:7.3f} {'':>7} {usd:7.2f}")
 
 
 # ------------------------------------------------------------- latency
@@ -342,13 +498,16 @@ def latency(upstream: dict[str, Any], rtt: float, count: int) -> dict[str, Any]:
     with FaultProxy(endpoint) as proxy:
         options = copy.deepcopy(upstream) | {"skip_instance_cache": True}
         options["client_kwargs"]["endpoint_url"] = proxy.endpoint
+        # The bundles row with no delay first: what the client, the proxy and
+        # moto cost on this machine, with no round trip to wait for.
+        figures["bundles_100_100_at_0"] = timed_bundles(options, count)[0]
         with vsqs.Queue(fresh_url(), storage_options=options) as q:
             proxy.arm("slow", every=True, delay=rtt)
             counts = requests_of(q)
             counts.clear()
             start = time.perf_counter()
             for _ in range(count // 100):
-                q.send_batch([BODY] * 100)
+                q.send_batch([BODY] * 100, bundle=False)
             figures["send_batch_100"] = (time.perf_counter() - start, sum(counts.values()))
             counts.clear()
             start = time.perf_counter()
@@ -359,6 +518,7 @@ def latency(upstream: dict[str, Any], rtt: float, count: int) -> dict[str, Any]:
             flush(q)
             assert done == count
             figures["receive_10_delete_batch"] = (time.perf_counter() - start, sum(counts.values()))
+        figures["bundles_100_100"] = timed_bundles(options, count)
         floor = Floor(options)
         start = time.perf_counter()
         keys = [k for b in range(count // 100) for k in floor.send(b * 100, 100)]
@@ -370,9 +530,20 @@ def latency(upstream: dict[str, Any], rtt: float, count: int) -> dict[str, Any]:
         for n in (4, 8):
             url = fresh_url()
             with vsqs.Queue(url, storage_options=upstream) as q:
-                q.send_batch([BODY] * count)
+                q.send_batch([BODY] * count, bundle=False)
             figures[f"consumers_{n}"] = race(url, options, count, n, batched=True)
     return figures
+
+
+def timed_bundles(options: dict[str, Any], count: int) -> tuple[float, int]:
+    """Seconds and requests of :func:`send_receive_ack` in bundles, 100 and
+    100, on a queue opened before the clock starts."""
+    with vsqs.Queue(fresh_url(), storage_options=options) as q:
+        counts = requests_of(q)
+        counts.clear()
+        start = time.perf_counter()
+        send_receive_ack(q, count, 100, 100, bundle=True)
+        return time.perf_counter() - start, sum(counts.values())
 
 
 def print_latency(figures: dict[str, Any]) -> None:
@@ -384,6 +555,7 @@ def print_latency(figures: dict[str, Any]) -> None:
         ("receive_10_delete_batch", "floor_receive_10_ack"),
         ("consumers_4", None),
         ("consumers_8", None),
+        ("bundles_100_100", None),
     ):
         seconds, requests = figures[key]
         ratio = f"{seconds / figures[floor_key][0]:9.2f}" if floor_key else ""
@@ -392,6 +564,13 @@ def print_latency(figures: dict[str, Any]) -> None:
         if floor_key:
             floor = figures[floor_key][0]
             print(f"  {'  floor':28} {count / floor:8.0f} {floor / count / rtt:8.2f}")
+    seconds, idle = figures["bundles_100_100"][0], figures["bundles_100_100_at_0"]
+    print(
+        f"  bundles: send_batch(100), receive_batch(100) + delete_batch, one client: "
+        f"{seconds / count / rtt:.3f} round trips of wall time per message "
+        f"(goal <= 0.1); the same at 0 ms takes {idle:.2f} s on this machine (client, proxy, "
+        f"server): {(seconds - idle) / count / rtt:.3f} round trips per message beyond it"
+    )
 
 
 def stores(tmp: str) -> Iterator[tuple[str, str, dict[str, Any]]]:
@@ -420,8 +599,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--kinds", action="store_true", help="only the requests per operation, by kind of message"
     )
+    parser.add_argument(
+        "--bundles", action="store_true", help="only the requests and prices of batches, bundled"
+    )
     args = parser.parse_args(argv)
     count = 200 if args.quick else 1000
+    if args.bundles:
+        return bundles_main(count, args.json)
     if args.rtt is not None:
         server = ceph_rgw if args.ceph else moto_s3
         with server("bench") as options:
@@ -446,7 +630,12 @@ def main(argv: list[str] | None = None) -> int:
             kinds = ", ".join(f"{k} {v:.2f}" for k, v in steady.items() if k != "total")
             print(f"  steady state   {steady['total']:.2f} requests per message ({kinds})")
             print_kinds(name, table)
-            if name != "S3 (moto)" or args.kinds:
+            if args.kinds:
+                continue
+            prices = GCS_PRICES if root.startswith("gs:") else S3_PRICES
+            rows = figures["stores"][name]["bundles"] = bundle_costs(root, options, prices, count)
+            print_bundles(name, rows, prices)
+            if name != "S3 (moto)":
                 continue
             raw_send, raw_receive = raw_lifecycle(options, count)
             send, receive = vsqs_lifecycle(options, count)
@@ -471,6 +660,25 @@ def main(argv: list[str] | None = None) -> int:
                       f"{reqs:.1f} requests per received + deleted message)")  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1) + "\n")
+    return 0
+
+
+def bundles_main(count: int, json_path: str | None) -> int:
+    """``--bundles``: :func:`bundle_costs` on every store, and issue 32's goals on moto."""
+    figures: dict[str, Any] = {"prices_date": PRICES_DATE, "stores": {}}  # by store: rows
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, root, options in stores(tmp):
+            prices = GCS_PRICES if root.startswith("gs:") else S3_PRICES
+            rows = figures["stores"][name] = bundle_costs(root, options, prices, count)
+            print_bundles(name, rows, prices)
+    goals = bundle_goals(figures["stores"]["S3 (moto)"])
+    figures["goals"] = [{"goal": g, "figure": f, "target": b, "met": f <= b} for g, f, b in goals]
+    for goal, figure, bound in goals:
+        print(
+            f"{'met   ' if figure <= bound else 'MISSED'} {goal}: {figure:.3f} (goal <= {bound:g})"
+        )
+    if json_path:
+        Path(json_path).write_text(json.dumps(figures, indent=1) + "\n")
     return 0
 
 

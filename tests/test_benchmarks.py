@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -89,3 +90,37 @@ def test_the_consume_benchmark_handles_and_deletes_every_message(tmp_path: Path)
     """``vsqs consume -c 4 -- true`` over 40 messages: ``consume_rate`` checks
     the summary says 40 succeeded and that the queue is empty (not timed)."""
     assert bench_consume.consume_rate(tmp_path, 40, 4) > 0
+
+
+def test_the_baselines_are_priced_as_docs_performance_says() -> None:
+    """SQS: 3 requests per message one at a time (1.20 USD per million
+    messages), 0.3 with batches of 10 (0.12); pawn-queue: 6.2 requests,
+    11.80 USD at S3's prices (its deletes are free)."""
+    priced = bench_s3.baselines(bench_s3.S3_PRICES)
+    assert priced == {
+        "SQS one at a time": (3.0, pytest.approx(1.20)),
+        "SQS, batches of 10": (0.3, pytest.approx(0.12)),
+        "pawn-queue": (pytest.approx(6.2), pytest.approx(11.80)),
+    }
+
+
+@pytest.mark.parametrize("variant", sorted(bench_local.BATCH_DRAINS))
+def test_batch_drains_take_every_message(tmp_path: Path, variant: str) -> None:
+    """Each drain of bundles and of files alone receives and deletes every
+    message (``vsqs_batch_drain`` checks the count and each deletion), and
+    leaves the queue empty."""
+    bundle, size = bench_local.BATCH_DRAINS[variant]
+    assert bench_local.vsqs_batch_drain(tmp_path / "q", 250, bundle, size) > 0
+    with vsqs.Queue(tmp_path / "q") as q:
+        assert q.stats().ready == 0 and q.stats().in_flight == 0
+
+
+def test_send_batch_in_bundles_writes_one_file_per_batch(tmp_path: Path) -> None:
+    """The durable send_batch workload's two variants: bundles of 100 are one
+    message file per batch, files alone one per message (stats count both)."""
+    for bundle, files in ((True, 3), (False, 300)):
+        path = tmp_path / str(bundle)
+        assert bench_local.vsqs_send_batch(path, 300, 100, bundle) > 0
+        with vsqs.Queue(path) as q:
+            assert q.stats().ready == 300
+        assert len([n for n in os.listdir(path) if n[0].isdigit()]) == files
