@@ -179,7 +179,7 @@ def warmed(store: ObjectStore) -> Iterator[vsqs.Queue]:
     still (no listing falls due meanwhile), its request counts cleared."""
     clock = FakeClock(time.time())
     with vsqs.Queue(store, clock=clock) as q:
-        q.send_batch([b"warm"] * 3)
+        q.send_batch([b"warm"] * 3, bundle=False)  # three objects: the counts are a message's
         clock.advance(1)  # no young names
         q.receive().delete()  # type: ignore[union-attr] - the first listing
         store.io.requests.clear()
@@ -284,9 +284,9 @@ def test_a_receive_on_gcs_lists_one_page_of_its_own_queue(
     under it shows."""
     url = gcs_server.url("q")
     with vsqs.Queue(url, storage_options=gcs_server.storage_options) as q:
-        q.send_batch([b"m"] * 1100)  # more than a page of 1 000
+        q.send_batch([b"m"] * 1100, bundle=False)  # more than a page of 1 000
     with vsqs.Queue(url + "2", storage_options=gcs_server.storage_options) as beside:
-        beside.send_batch([b"beside"] * 5)
+        beside.send_batch([b"beside"] * 5, bundle=False)
     store = open_store(url, proxied(gcs_server, gcs_proxy))
     assert isinstance(store, ObjectStore)
     store.io.create("sub/1700000000000-0000-0123456789abcdef", b"nested")
@@ -323,7 +323,7 @@ def test_gcs_deletes_in_batches_and_a_claim_carries_no_held_back_deletions(
     timeout of 3 s); the rest go with the next listing or flush."""
     url = gcs_server.url()
     with vsqs.Queue(url, storage_options=gcs_server.storage_options) as q:
-        q.send_batch([b"m"] * 250)
+        q.send_batch([b"m"] * 250, bundle=False)
     store = open_store(url, proxied(gcs_server, gcs_proxy))
     assert isinstance(store, ObjectStore)
     clock = FakeClock(time.time() + 1)  # standing still: no listing falls due
@@ -348,7 +348,7 @@ def test_a_gcs_remove_reports_the_names_of_a_failed_batch_and_no_absent_name(
 ) -> None:
     url = gcs_server.url()
     with vsqs.Queue(url, storage_options=gcs_server.storage_options) as q:
-        q.send_batch([b"m"] * 150)
+        q.send_batch([b"m"] * 150, bundle=False)
     store = open_store(url, proxied(gcs_server, gcs_proxy))
     assert isinstance(store, ObjectStore)
     sent = [name for name in raw_names(store) if name != names.CONFIG_NAME]

@@ -171,7 +171,7 @@ class Parts:
             if new:
                 self._apply(f"deleting from {self._url}", self._store.rename, here.name, new)
             else:
-                self._apply(f"deleting from {self._url}", self._store.delete, here.name)
+                self._apply(f"deleting from {self._url}", self._delete_known, here.name)
             observer = meter.observer
             for place in gone:
                 message = here.messages.get(place)
@@ -253,6 +253,10 @@ class Parts:
                 n for n in listed if (of := names.origin_id(n)) and names.lineage(of) == core
             ]
             remove_records(self._store, tuple(records))
+
+    def _delete_known(self, name: str) -> None:
+        """Delete a name this client holds (no ``HEAD`` first: it made it)."""
+        self._store.delete(name, known=True)
 
     @staticmethod
     def _apply(what: str, change: Callable[..., None], *args: str) -> None:

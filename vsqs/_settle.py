@@ -154,7 +154,7 @@ class Settler:
         share one; with ``bare`` false, they go with the others), and the
         indexes of the others."""
         parts: ByPart = {}
-        named: dict[str, Part] = {}
+        named: dict[str, Part] = {}  # one change per part name, never two at once
         alone: list[int] = []
         for i, item in enumerate(items):
             found = self._bundled(item)
@@ -162,9 +162,11 @@ class Settler:
                 alone.append(i)
                 continue
             part, place = found
-            if not isinstance(item, Message):
-                part = named.setdefault(part.name, part)
-            parts.setdefault(part, []).append((i, place))
+            known = named.setdefault(part.name, part)
+            if known is not part and isinstance(item, Message):  # a message's part: its own
+                parts[part] = parts.pop(known, [])
+                named[part.name] = known = part
+            parts.setdefault(known, []).append((i, place))
         return parts, alone
 
     def _part_batch(

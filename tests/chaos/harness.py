@@ -407,7 +407,7 @@ def _check_message(
         report.violate("double claim", f"{message_id}: one receive count claimed twice {counts}")
     holds.sort(key=lambda h: h.count)
     for claim in holds:
-        parsed = names.parse_receipt(claim.receipt)
+        parsed = names.parse_receipt(claim.receipt.partition("#")[0])
         if (parsed.id, parsed.receive_count) != (message_id, claim.count):
             report.violate("receipt", f"{claim.receipt} is not {message_id} #{claim.count}")
 
@@ -443,7 +443,7 @@ def _check_message(
             if nxt.got < prev.start:
                 report.violate("early", f"{message_id} claimed again before its release")
             continue
-        expiry_ms = names.parse_receipt(prev.receipt).expiry_ms or 0
+        expiry_ms = names.parse_receipt(prev.receipt.partition("#")[0]).expiry_ms or 0
         # 1 ms: time.time()'s float rounding at the claimer's "now".
         if nxt.wall + 1_000_000 < expiry_ms * 1_000_000:
             report.violate(
