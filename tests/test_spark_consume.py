@@ -25,13 +25,9 @@ from .support.servers import Server
 from .support.waiting import wait_until
 
 BAD = (10, 500, 999)
+
+
 #: An engine bug the dead-letter tests here found (the move into a queue, main 51e53f5).
-DEAD_LETTERED_PARTS = (
-    "engine bug: the second part of one bundle dead-lettered into a queue is taken for a "
-    "second copy of the bundle there: its messages get sibling ids (a new nonce)"
-)
-
-
 def held(path: Path) -> dict[str, names.Name]:
     """The messages of a local queue by their own ids, each with the name of
     the object that holds it (a part of a bundle holds several)."""
@@ -72,7 +68,6 @@ def test_only_the_rows_process_returns_are_released_after_their_backoff(
         assert start_ms + 75_000 <= name.expiry_ms <= end_ms + 75_000
 
 
-@pytest.mark.xfail(strict=True, reason=DEAD_LETTERED_PARTS)
 def test_failed_ids_are_dead_lettered_by_max_receives(spark: SparkSession, tmp_path: Path) -> None:
     dead = vsqs.Queue(tmp_path / "dead")
     q = vsqs.Queue(tmp_path / "q", max_receives=1, dead_letter=str(tmp_path / "dead"))
@@ -168,7 +163,6 @@ def test_the_heartbeat_extends_a_batch_side_by_side_on_s3(
     assert (report.messages, report.expired) == (8, 0)
 
 
-@pytest.mark.xfail(strict=True, reason=DEAD_LETTERED_PARTS)
 def test_messages_of_two_parts_of_a_bundle_keep_their_ids_as_dead_letters(tmp_path: Path) -> None:
     """Without Spark: two messages of one bundle released apart (two parts)
     and dead-lettered one after the other keep their own ids."""
