@@ -6,6 +6,7 @@ queue of format 3. A config of any other format is refused in one line."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import vsqs
+from vsqs import _config as config_module
 from vsqs import _names as names
 from vsqs.testing import FakeClock
 
@@ -141,7 +143,7 @@ def test_a_config_of_another_format_is_refused_in_one_line(
         with pytest.raises(vsqs.QueueConfigError) as refused:
             vsqs.Queue(store, clock=clock)
         message = str(refused.value)
-        assert f"queue format {version!r}" in message and "reads formats 2, 3" in message
+        assert f"queue format {version!r}" in message and "reads formats 2, 3, 4" in message
         assert "\n" not in message and store.url in message
         assert {name: store.read(name) for name in store.list()} == before
         with pytest.raises(vsqs.QueueConfigError):
@@ -149,3 +151,21 @@ def test_a_config_of_another_format_is_refused_in_one_line(
         assert not (tmp_path / "new").exists()
     finally:
         store.close()
+
+
+def test_a_reader_of_format_3_refuses_a_queue_of_bundles(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A vsqs that writes format 3 (no bundles) meets a queue of format 4
+    with a bundle in it: it refuses the queue in one line naming both
+    formats, and touches nothing (it never takes a part for foreign)."""
+    with vsqs.Queue(tmp_path / "q", clock=clock) as q:
+        q.send_batch([b"a", b"b"])
+    before = sorted(os.listdir(tmp_path / "q"))
+    monkeypatch.setattr(config_module, "FORMAT_VERSION", 3)
+    monkeypatch.setattr(config_module, "READABLE_FORMATS", (2, 3))
+    with pytest.raises(vsqs.QueueConfigError) as refused:
+        vsqs.Queue(tmp_path / "q", clock=clock)
+    message = str(refused.value)
+    assert "queue format 4" in message and "this vsqs writes format 3" in message
+    assert "\n" not in message and sorted(os.listdir(tmp_path / "q")) == before
