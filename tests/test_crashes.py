@@ -36,6 +36,7 @@ from .support.crashes import (
     Crash,
     CrashingStore,
     Expect,
+    finish_at_once,
     open_pair,
     recover_and_check,
 )
@@ -80,5 +81,6 @@ def test_a_crash_before_any_storage_call_loses_nothing(
 
 
 @pytest.fixture(autouse=True)
-def _finished_at_once(finish_at_once: None) -> None:
+def _finished_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Splits and moves left half done by a crash are finished at the next listing."""
+    finish_at_once(monkeypatch)

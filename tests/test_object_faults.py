@@ -37,6 +37,7 @@ from .support.crashes import (
     SCENARIOS,
     Crash,
     Expect,
+    finish_at_once,
     open_pair,
     recover_and_check,
 )
@@ -65,8 +66,9 @@ def server(request: pytest.FixtureRequest) -> Server:
 
 
 @pytest.fixture(autouse=True)
-def _finished_at_once(finish_at_once: None) -> None:
+def _finished_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Moves left half done are finished at the next listing."""
+    finish_at_once(monkeypatch)
 
 
 def run_with_fault(

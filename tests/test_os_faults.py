@@ -36,6 +36,7 @@ from .support.crashes import (
     BODY,
     SCENARIOS,
     Expect,
+    finish_at_once,
     open_pair,
     recover_and_check,
 )
@@ -269,5 +270,6 @@ def test_a_read_that_fails_after_the_claim_gives_the_claim_back(
 
 
 @pytest.fixture(autouse=True)
-def _finished_at_once(finish_at_once: None) -> None:
+def _finished_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Splits and moves left half done by a crash are finished at the next listing."""
+    finish_at_once(monkeypatch)

@@ -139,7 +139,6 @@ class Expect:
 Scenario = Callable[[vsqs.Queue, vsqs.Queue, Expect], None]
 
 
-@pytest.fixture
 def finish_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Moves and splits a crash left half done are finished by the next
     listing (``FINISH_AFTER`` is -1): recovery need not wait for their age."""
