@@ -96,8 +96,9 @@ def test_a_destination_that_fails_half_way_loses_nothing_and_holds_nothing(
     vsqs.Queue(src).send_batch(sent)
     options = proxied(s3_server, s3_proxy)
     vsqs.Queue(dst, storage_options=options).close()
-    # the third PUT on: a batch of 50 is one bundle, one PUT
-    s3_proxy.arm("500", at=3, every=True, where=lambda method, _path: method == "PUT")
+    # From the sixth PUT on: the capability probe's, then one a batch
+    # (of 50: one bundle).
+    s3_proxy.arm("500", at=6, every=True, where=lambda method, _path: method == "PUT")
     endpoint = f"client_kwargs.endpoint_url={s3_proxy.endpoint}"
     failed = run(
         "move",

@@ -407,8 +407,11 @@ def _check_message(
         report.violate("double claim", f"{message_id}: one receive count claimed twice {counts}")
     holds.sort(key=lambda h: h.count)
     for claim in holds:
-        parsed = names.parse_receipt(claim.receipt.partition("#")[0])
-        if (parsed.id, parsed.receive_count) != (message_id, claim.count):
+        held, _, place = claim.receipt.partition("#")
+        parsed = names.parse_receipt(held)
+        # A bundled message's receipt names its part (and its place there).
+        holder = parsed.id if not place else message_id
+        if (holder, parsed.receive_count) != (message_id, claim.count):
             report.violate("receipt", f"{claim.receipt} is not {message_id} #{claim.count}")
 
     last = holds[-1]

@@ -241,10 +241,16 @@ class LocalStore(Store):
         """Link the targets and unlink the transitional name; whether this did it."""
         fd = self.fd
         for target in targets:
-            with contextlib.suppress(FileExistsError, FileNotFoundError):
+            try:
                 os.link(
                     transitional_name, target, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False
                 )
+            except FileExistsError:
+                pass  # linked by a finisher
+            except FileNotFoundError:
+                if self._file(transitional_name):
+                    raise  # not a finisher's unlink: the split stays for a lister to finish
+                return False  # a finisher linked both and unlinked it
         try:
             os.unlink(transitional_name, dir_fd=fd)
         except FileNotFoundError:
