@@ -73,6 +73,7 @@ import pytest
 
 import vsqs
 from vsqs import _names as names
+from vsqs._config import ENV_BUNDLES
 from vsqs.stores import _moves
 from vsqs.stores._object import ObjectStore
 from vsqs.stores._registry import open_store
@@ -223,6 +224,17 @@ def check(runs: list[Run]) -> None:
     assert not problems, f"{len(problems)} of {len(runs)} runs failed:\n\n" + "\n\n".join(
         problems[:3]
     )
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _messages_alone() -> Iterator[None]:
+    """Batches here are one object per message: these faults are those of
+    the batch protocol of messages alone (batch markers, creates side by
+    side); a bundle is one create (its faults: tests/test_splits.py and the
+    simulation's bundle plans)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(ENV_BUNDLES, "0")
+        yield
 
 
 @pytest.fixture(scope="module", autouse=True)
