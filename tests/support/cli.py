@@ -149,7 +149,7 @@ def interrupted_midway(
             with vsqs.Queue(url) as queue:
                 queue.purge()
         with vsqs.Queue(source) as queue:
-            queue.send_batch(sent)
+            queue.send_batch(sent, bundle=False)  # an object each: a command takes a while
         proc = start(*argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         if stop_midway(proc, lambda n=size: backlog(source) < n, lambda: backlog(source)):
             os.kill(proc.pid, signum)
