@@ -872,7 +872,7 @@ BUNDLE_MUTANTS: dict[str, tuple[tuple[object, str, object], Callable[[int], Plan
     "split-finished-in-part": (_IN_PART, BUNDLE_PLANS["bundles-crashes"], "lost", 16),
     "acked-places-kept": (_KEPT, BUNDLE_PLANS["bundles"], "acknowledged came back", 5),
     "rest-of-a-split-counted": (_COUNTED, BUNDLE_PLANS["bundles"], "receive count: ", 0),
-    "stale-receipt-resolved": (_RESOLVED, BUNDLE_PLANS["bundles"], "stale receipt acked", 3),
+    "stale-receipt-resolved": (_RESOLVED, BUNDLE_PLANS["bundles"], "stale receipt acked", 21),
 }
 
 

@@ -16,6 +16,7 @@ import pytest
 
 import vsqs
 import vsqs.stores
+from vsqs import _names as names
 
 #: A plugin as a third party ships it: a module and its entry point.
 PLUGIN = '''
@@ -203,4 +204,5 @@ def test_spark_reads_and_writes_through_an_installed_plugin(plugin: Path, tmp_pa
     done = in_plugin_env(plugin, sys.executable, str(job), str(data), "thirdparty://b/jobs")
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == sorted(f"row {i}" for i in range(30))
-    assert len([n for n in os.listdir(data / "b" / "jobs") if n != "vsqs.json"]) == 30
+    written = [names.parse(n) for n in os.listdir(data / "b" / "jobs") if n != "vsqs.json"]
+    assert sum(names.message_count(p.id) for p in written if p is not None) == 30  # in bundles
