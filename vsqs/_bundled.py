@@ -88,12 +88,10 @@ def messages_of(queue: Owner, claim: Claim) -> list[Message]:
     """The messages a claim hands out: one per message of a part; the object
     whole (as one message) if it is no part, or one whose bytes are not a
     bundle it is part of."""
-    object_id, data, name, count, origin = (
-        claim.id, claim.body, claim.name, claim.receive_count, claim.origin
-    )  # fmt: skip
-    found = members(object_id, data) if names.is_bundle(object_id) else None
+    name, count, origin = claim.name, claim.receive_count, claim.origin
+    found = members(claim.id, claim.body) if names.is_bundle(claim.id) else None
     if found is None:
-        return [Message(queue, object_id, data, name, count, origins=origin)]
+        return [Message(queue, claim.id, claim.body, name, count, origins=origin)]
     part = Part(name)
     out = []
     for member in found:
@@ -358,7 +356,7 @@ class Parts:
                     return self._store.read_limited(part.name, names.BUNDLE_READ_LIMIT)
                 except FileNotFoundError:
                     pass
-            found = [name for name, these in self._current(part, [place]).items()]
+            found = list(self._current(part, [place]))
             if not found:
                 break
             part.name = found[0]
